@@ -1,0 +1,40 @@
+"""The one loader of the CUDA sources in ``linalg_gpu/cuda``: CuPy RawModules, compiled lazily.
+
+A kernel is a template ``name<T, N>`` in ``cuda/<file>``; :func:`get_function` builds the
+instantiation for a dtype and a size, compiles it once per (file, instantiation, device) and
+caches it. Sources get a ``#line`` directive so that compiler errors point into the ``.cu`` file.
+The first compilation of each instantiation is timed (``COMPILE_SECONDS``) for the benchmarks.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"
+COMPILE_SECONDS: dict[str, float] = {}
+_CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+
+
+@lru_cache(maxsize=None)
+def _function(file, expr, device_id):
+    import cupy as cp
+
+    path = CUDA_DIR / file
+    code = f'#line 1 "{path}"\n' + path.read_text()
+    t0 = time.perf_counter()
+    mod = cp.RawModule(code=code, options=("-std=c++17", f"-I{CUDA_DIR}"), name_expressions=(expr,))
+    fn = mod.get_function(expr)                       # compiles here
+    COMPILE_SECONDS[f"{file}:{expr}"] = time.perf_counter() - t0
+    return fn
+
+
+def get_function(file, template, dtype, *params):
+    """The compiled kernel ``template<ctype(dtype), *params>`` from ``cuda/<file>``."""
+    import cupy as cp
+
+    expr = f"{template}<{', '.join([_CTYPES[np.dtype(dtype)], *map(str, params)])}>"
+    return _function(file, expr, cp.cuda.Device().id)

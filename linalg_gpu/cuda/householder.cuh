@@ -1,0 +1,114 @@
+// Householder tridiagonalization in shared memory, one system per group of N threads
+// (paper 001, section 4, eqs. 8-14, the collaborative version of Algorithm 2).
+// Included by householder_pcr.cu and eig_truncate.cu.
+#pragma once
+
+#include "common.cuh"
+
+// Sum of v[0..m) by thread 0 of the system, published in *out (callers synchronize).
+template <typename T>
+__device__ __forceinline__ void group_sum(const T* v, int m, T* out, int i)
+{
+    if (i == 0) {
+        T s = 0;
+        for (int k = 0; k < m; ++k) s += v[k];
+        *out = s;
+    }
+}
+
+// W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form.
+// On exit: d[k] = T_kk, e[k] = T_k+1,k, row i of W (columns < i) holds u_i and beta[i] = 1/b_i
+// (0 where H_i = I). tmp: 2 N scratch. All threads of the block call this (it synchronizes).
+template <typename T, int N, int S>
+__device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
+{
+    T* p = tmp;           // p, then q
+    T* sc = tmp + N;      // scalars: [0] head2, [1] u.p, [2] scale
+    // scale by a power of 2 to max |W_ij| ~ 1 (the reflectors do not depend on it): no under/overflow in squares
+    if (active) {
+        T m = 0;
+        for (int k = 0; k < N; ++k) m = fmax(m, fabs(W[i * S + k]));
+        p[i] = m;
+    }
+    __syncthreads();
+    if (active && i == 0) {
+        T m = 0;
+        for (int k = 0; k < N; ++k) m = fmax(m, p[k]);
+        int ex = 0;
+        frexp((m > T(0) && isfinite(m)) ? m : T(1), &ex);
+        sc[2] = ldexp(T(1), ex);                 // a power of 2: the scaling is exact
+    }
+    __syncthreads();
+    const T scale = sc[2];
+    if (active) for (int k = 0; k < N; ++k) W[i * S + k] /= scale;
+    __syncthreads();
+    for (int r = N - 1; r >= 2; --r) {
+        // x = W[r][0..r): squares below the subdiagonal
+        if (active && i < r - 1) p[i] = W[r * S + i] * W[r * S + i];
+        __syncthreads();
+        if (active) group_sum(p, r - 1, &sc[0], i);
+        __syncthreads();
+        T head2 = sc[0];
+        T xl = W[r * S + r - 1];
+        T sigma = sqrt(head2 + xl * xl);
+        T alpha = xl >= T(0) ? -sigma : sigma;
+        bool act = head2 > T(0);
+        T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
+        // u lives in row r: u_k = x_k (k < r-1), u_{r-1} = x_{r-1} - alpha
+        __syncthreads();
+        if (active && i == 0) {
+            W[r * S + r - 1] = act ? xl - alpha : T(0);
+            beta[r] = inv_b;
+            e[r - 1] = act ? alpha : xl;
+        }
+        if (active && !act && i < r - 1) W[r * S + i] = T(0);
+        __syncthreads();
+        // Every barrier below is reached by all threads of the block (systems differ in act).
+        const T* u = W + r * S;
+        T pi = 0;
+        if (act && active && i < r) {                    // p = W u / b   (eq. 12)
+            for (int m = 0; m < r; ++m) pi += W[i * S + m] * u[m];
+            pi *= inv_b;
+            p[i] = pi * u[i];
+        }
+        __syncthreads();
+        if (active) group_sum(p, r, &sc[1], i);
+        __syncthreads();
+        T Bi = sc[1] * inv_b / T(2);                     // B = u.p / (2b)
+        __syncthreads();
+        if (act && active && i < r) p[i] = pi - Bi * u[i];   // q = p - B u
+        __syncthreads();
+        if (act && active && i < r) {                    // W -= q u^T + u q^T   (eq. 13), row i
+            T qi = p[i], ui = u[i];
+            for (int m = 0; m < r; ++m) W[i * S + m] -= qi * u[m] + ui * p[m];
+        }
+        __syncthreads();
+    }
+    if (active && i == 0) {
+        beta[0] = 0;
+        if (N > 1) beta[1] = 0;
+        if (N > 1) e[0] = W[1 * S + 0];
+    }
+    __syncthreads();
+    if (active) {
+        d[i] = W[i * S + i] * scale;
+        if (i + 1 < N) e[i] *= scale;
+    }
+    __syncthreads();
+}
+
+// y <- Q^T y (transpose) or Q y, Q = H_{N-1} ... H_2, u_r in row r of W (columns < r).
+template <typename T, int N, int S>
+__device__ void apply_q(const T* W, const T* beta, T* y, T* tmp, bool transpose, int i, bool active)
+{
+    for (int t = 2; t < N; ++t) {
+        int r = transpose ? N + 1 - t : t;               // Q^T: r = N-1 .. 2; Q: r = 2 .. N-1
+        if (active && i < r) tmp[i] = W[r * S + i] * y[i];   // beta_r = 0: H_r = I, s = 0
+        __syncthreads();
+        if (active) group_sum(tmp, r, &tmp[N], i);
+        __syncthreads();
+        T s = tmp[N] * beta[r];
+        if (active && i < r) y[i] -= W[r * S + i] * s;
+        __syncthreads();
+    }
+}

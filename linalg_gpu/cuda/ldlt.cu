@@ -1,0 +1,170 @@
+// Batched LDL^T factorization and solve without pivoting (paper 001, section 3, eq. 5).
+//
+// Layout: a block holds SPB systems of N unknowns, N threads per system; thread i owns row i.
+// 1. The block copies its SPB matrices and right-hand sides from global memory to shared memory
+//    (coalesced, one pass: every byte of A and b is read once).
+// 2. Factorization, right-looking with the row in registers: at step j every thread i >= j
+//    publishes its entry a_ij (unscaled) in shared memory; thread i > j forms
+//    L_ij = a_ij / D_jj and updates a_ik -= L_ij a_kj for j < k <= i (the broadcast column plays
+//    the role of the communicating threads of Algorithm 1, with n* = n).
+//    A pivot that is not > N eps max|A_ii| (or not finite) is a breakdown: the system is flagged
+//    and the pivot replaced by max|A_ii| so that nothing non-finite is produced.
+// 3. L is stored transposed into the (unused) upper triangle of the shared copy, then
+//    L z = b, D y = z, L^T x = y by column sweeps (conflict-free shared reads).
+// 4. The relative residual ||Ax - b||_inf / (||A||_inf ||x||_inf + ||b||_inf) is computed from
+//    the shared copy of A (its lower triangle), so the kernel reads A from global memory once.
+// Outputs: x (B, N, R), D-ratio condition estimate, residual (max over right-hand sides), ok flag,
+// and the input screening of solve_small: max|A - A^T| / max|A| and a NaN/Inf flag per system.
+
+#include "common.cuh"
+
+template <typename T, int N>
+__global__ void ldlt_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
+                           T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ok,
+                           T* __restrict__ asym, int* __restrict__ nonfinite,
+                           long long batch, int nrhs, int spb)
+{
+    constexpr int S = N | 1;                    // odd row stride: conflict-free column access
+    extern __shared__ unsigned char smem_raw[];
+    T* smem = reinterpret_cast<T*>(smem_raw);
+    const int local = threadIdx.x / N;          // system within the block
+    const int i = threadIdx.x % N;              // row owned by this thread
+    const long long sys0 = (long long)blockIdx.x * spb;
+    const int nsys = (int)min((long long)spb, batch - sys0);
+    T* sA = smem + (size_t)local * (N * S + 4 * N);   // N x S padded matrix
+    T* sv = sA + N * S;                               // 4 N scratch: column, x, b, misc
+
+    // 1. coalesced copy of the block's matrices into padded shared storage
+    const T* Ablk = A + sys0 * N * N;
+    for (int e = threadIdx.x; e < nsys * N * N; e += blockDim.x) {
+        int s = e / (N * N), r = (e / N) % N, c = e % N;
+        smem[(size_t)s * (N * S + 4 * N) + r * S + c] = Ablk[e];
+    }
+    __syncthreads();
+    const bool active = local < nsys;
+
+    // Input screening on the shared copy (no extra pass over global memory): thread i checks
+    // row i for NaN/Inf and for |A_ik - A_ki|, relative to max|A|, reduced by thread 0 below.
+    T* sv0 = sA + N * S;
+    if (active) {
+        T amax = 0, dmax_ = 0;
+        bool fin = true;
+        for (int k = 0; k < N; ++k) {
+            T v = sA[i * S + k];
+            fin = fin && isfinite(v);
+            amax = fmax(amax, fabs(v));
+            dmax_ = fmax(dmax_, fabs(v - sA[k * S + i]));
+        }
+        for (int r = 0; r < nrhs; ++r) fin = fin && isfinite(b[((sys0 + local) * N + i) * nrhs + r]);
+        sv0[i] = fin ? amax : T(NAN);
+        sv0[N + i] = dmax_;
+    }
+    __syncthreads();
+    if (active && i == 0) {
+        T amax = 0, dmax_ = 0;
+        bool fin = true;
+        for (int k = 0; k < N; ++k) {
+            fin = fin && isfinite(sv0[k]);
+            amax = fmax(amax, sv0[k]);
+            dmax_ = fmax(dmax_, sv0[N + k]);
+        }
+        nonfinite[sys0 + local] = fin ? 0 : 1;
+        asym[sys0 + local] = amax > T(0) ? dmax_ / amax : T(0);
+    }
+    __syncthreads();
+
+    T a[N];                                      // row i of the working matrix (k <= i used)
+    T scale = 0;
+    if (active) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) a[k] = (k <= i) ? sA[i * S + k] : T(0);
+        for (int k = 0; k < N; ++k) scale = fmax(scale, fabs(sA[k * S + k]));
+    }
+    const T tol = T(N) * eps<T>() * scale;
+    const T safe = scale > T(0) ? scale : T(1);
+    bool good = true;
+    T* col = sv;                                 // published column entries
+    T dmax = 0, dmin = 0, di = 1;                // di: this row's pivot D_ii
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        if (active && i >= j) col[i] = a[j];
+        __syncthreads();
+        T d = active ? col[j] : T(1);
+        bool bad = !(d > tol);                   // also catches NaN
+        if (bad) { good = false; d = safe; }
+        if (j == 0) { dmax = d; dmin = d; } else { dmax = fmax(dmax, d); dmin = fmin(dmin, d); }
+        if (active && i > j) {
+            T l = a[j] / d;
+            a[j] = l;
+#pragma unroll
+            for (int k = j + 1; k < N; ++k)
+                if (k <= i) a[k] -= l * col[k];
+        }
+        if (i == j) di = d;
+        __syncthreads();
+    }
+    // L_ik (k < i) to the upper triangle: sA[k][i] = L_ik; the lower triangle keeps A.
+    if (active) {
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            if (k < i) sA[k * S + i] = a[k];
+    }
+    T* sx = sv + N;
+    T* sb = sv + 2 * N;
+    T* red = sv + 3 * N;
+    T res_max = 0;
+    for (int r = 0; r < nrhs; ++r) {
+        __syncthreads();
+        if (active) {
+            T bi = b[((sys0 + local) * N + i) * nrhs + r];
+            sb[i] = bi;
+            sx[i] = bi;
+        }
+        __syncthreads();
+        for (int j = 0; j < N; ++j) {            // L z = b: z_j final at step j
+            if (active && i > j) sx[i] -= sA[j * S + i] * sx[j];
+            __syncthreads();
+        }
+        if (active) sx[i] /= di;                 // D y = z
+        __syncthreads();
+        for (int j = N - 1; j > 0; --j) {        // L^T x = y: x_j final at step j
+            if (active && i < j) sx[i] -= sA[i * S + j] * sx[j];
+            __syncthreads();
+        }
+        // Residual from the lower triangle of A kept in shared memory: A_ik = sA[i][k] for
+        // k <= i and A_ik = A_ki = sA[k][i] for k > i (the upper triangle now holds L).
+        if (active) {
+            T ri = -sb[i], rs = 0;
+            for (int k = 0; k < N; ++k) {
+                T aik = (k <= i) ? sA[i * S + k] : sA[k * S + i];
+                ri += aik * sx[k];
+                rs += fabs(aik);
+            }
+            red[i] = fabs(ri);
+            col[i] = rs;                         // the column buffer is free now
+        }
+        __syncthreads();
+        if (active && i == 0) {
+            T rnorm = 0, anorm = 0, xnorm = 0, bnorm = 0;
+            for (int k = 0; k < N; ++k) {
+                rnorm = fmax(rnorm, red[k]);
+                anorm = fmax(anorm, col[k]);
+                xnorm = fmax(xnorm, fabs(sx[k]));
+                bnorm = fmax(bnorm, fabs(sb[k]));
+            }
+            T den = anorm * xnorm + bnorm;
+            T rel = rnorm == T(0) ? T(0) : rnorm / den;
+            if (!isfinite(rel)) rel = INFINITY;
+            res_max = fmax(res_max, rel);
+        }
+        if (active) x[((sys0 + local) * N + i) * nrhs + r] = sx[i];
+    }
+    // breakdown flags of all rows of the system: thread j saw the pivot of step j, but every thread
+    // computed every pivot identically, so thread 0's flag is the system's flag.
+    if (active && i == 0) {
+        long long s = sys0 + local;
+        ok[s] = good ? 1 : 0;
+        cond[s] = good ? dmax / dmin : T(INFINITY);
+        resid[s] = res_max;
+    }
+}

@@ -1,0 +1,163 @@
+"""Shared plumbing of the small-system solvers: argument checks and the batch-last layout.
+
+Public functions take numpy.linalg-style batches ``(..., n, n)``. The numpy cores work on
+*batch-last* arrays: ``A`` becomes ``(n, n, B)`` with the systems along the last, contiguous
+axis, so that every elementwise operation streams over the batch (the CPU analogue of the
+paper's independent thread groups). Large batches are cut into chunks that stay in cache and
+are run on a thread pool (numpy releases the GIL inside its loops).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .._backend import as_array, check_dtype, common_dtype, get_array_module
+
+__all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch",
+           "flatten_batch", "map_chunks", "default_rtol", "first_index"]
+
+_MAX_WORKERS = max(1, min(8, os.cpu_count() or 1))
+
+
+def first_index(flags, batch_shape):
+    """Batch index (tuple) of the first True in the flat boolean array ``flags``."""
+    i = int(np.flatnonzero(np.asarray(flags))[0])
+    return tuple(int(k) for k in np.unravel_index(i, batch_shape)) if batch_shape else ()
+
+
+def check_square_batch(A, name="A"):
+    """``A`` as an array of shape ``(..., n, n)`` with n >= 1 and a float dtype."""
+    A = as_array(A, name)
+    check_dtype(A, name)
+    if A.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., n, n); got {A.ndim}-dimensional shape {A.shape}")
+    if A.shape[-1] != A.shape[-2]:
+        raise ValueError(f"{name} must be square in its last two axes; got shape {A.shape}")
+    if A.shape[-1] == 0:
+        raise ValueError(f"{name} has n = 0: each system needs at least one unknown")
+    return A
+
+
+def check_rhs(b, A, name="b"):
+    """``b`` as ``(..., n)`` (one right-hand side) or ``(..., n, k)``; returns (b, is_vector)."""
+    xp = get_array_module(A)
+    b = as_array(b, name, xp)
+    check_dtype(b, name)
+    batch, n = A.shape[:-2], A.shape[-1]
+    if b.ndim == A.ndim - 1 and b.shape == A.shape[:-1]:
+        return b, True
+    if b.ndim == A.ndim and b.shape[:-2] == batch and b.shape[-2] == n:
+        return b, False
+    raise ValueError(
+        f"{name} must have shape {batch + (n,)} or {batch + (n, 'k')} to match A of shape {A.shape}; "
+        f"got {b.shape}"
+    )
+
+
+def check_finite_batch(arrays, batch_shape, names):
+    """Raise ValueError naming the first system (batch index) that holds a NaN or an Inf."""
+    bad = None
+    for arr, nm in zip(arrays, names, strict=True):
+        xp = get_array_module(arr)
+        flat = arr.reshape(int(np.prod(batch_shape, dtype=np.int64)), -1)
+        f = ~xp.isfinite(flat).all(axis=1)
+        if bool(f.any()):
+            idx = first_index(f.get() if hasattr(f, "get") else f, batch_shape)
+            bad = (nm, idx, int(f.sum()))
+            break
+    if bad is not None:
+        nm, idx, count = bad
+        raise ValueError(
+            f"{nm} contains NaN or Inf in {count} system(s), the first at batch index {idx}; "
+            "pass check_finite=False to get these systems flagged in the report instead"
+        )
+
+
+SYMMETRY_RTOL = 100   # |A - A^T| <= SYMMETRY_RTOL * eps * max|A| counts as symmetric
+
+
+def check_symmetric(A, name="A", tol=None):
+    """Raise ValueError naming the first system with |A - A^T| > tol * max|A| (tol = 100 eps)."""
+    xp = get_array_module(A)
+    tol = SYMMETRY_RTOL * float(np.finfo(A.dtype).eps) if tol is None else tol
+    batch, n = A.shape[:-2], A.shape[-1]
+    B = int(np.prod(batch, dtype=np.int64))
+    flat = A.reshape(B, n, n)
+    asym, scale = xp.empty(B, dtype=A.dtype), xp.empty(B, dtype=A.dtype)
+    step = chunk_size(n) * 4
+    for s in range(0, B, step):                        # chunks stay in cache
+        blk = flat[s:s + step]
+        asym[s:s + step] = xp.abs(blk - blk.transpose(0, 2, 1)).max(axis=(1, 2))
+        scale[s:s + step] = xp.abs(blk).max(axis=(1, 2))
+    bad = asym > tol * scale
+    if bool(bad.any()):
+        badh = bad.get() if hasattr(bad, "get") else bad
+        i = int(np.flatnonzero(badh)[0])
+        raise ValueError(
+            f"{name} is not symmetric: {int(badh.sum())} system(s) fail, the first at batch index "
+            f"{first_index(badh, batch)} (max |A - A^T| = {float(asym[i]):.3g} vs max |A| = "
+            f"{float(scale[i]):.3g}, tolerance {tol:.1e} relative); "
+            "pass assume_symmetric=True to use the lower triangle without this check"
+        )
+
+
+def chunk_size(n):
+    """Systems per chunk: keeps one chunk's n x n x chunk working set near 4 MB."""
+    return int(max(16, min(4096, 2**19 // (n * n))))
+
+
+def flatten_batch(X, n_trailing):
+    """(..., *t) -> (B, *t) without copying when possible."""
+    lead = X.shape[:X.ndim - n_trailing]
+    return X.reshape((int(np.prod(lead, dtype=np.int64)),) + X.shape[X.ndim - n_trailing:])
+
+
+def map_chunks(fn, arrays, n):
+    """Run a batch-last core over chunks of a batch-first batch, on a thread pool.
+
+    ``arrays`` are (B, ...) arrays; each chunk is transposed to (..., c) (in cache), passed to
+    ``fn``, and each array that ``fn`` returns, (..., c), is transposed back into a (B, ...)
+    result. Every system is computed independently, so results do not depend on the chunking.
+    """
+    B = arrays[0].shape[0]
+    c = chunk_size(n)
+    starts = list(range(0, B, c)) or [0]
+    outs = []
+
+    def one(s):
+        # B = 0: one dummy system gives the output shapes and dtypes
+        blocks = [a[s:s + c] if B else np.ones((1,) + a.shape[1:], a.dtype) for a in arrays]
+        chunk = [np.ascontiguousarray(np.moveaxis(blk, 0, -1)) for blk in blocks]
+        res = fn(*chunk)
+        if not outs:
+            outs.extend(np.empty((B,) + r.shape[:-1], dtype=r.dtype) for r in res)
+        for o, r in zip(outs, res, strict=True):
+            o[s:s + c] = np.moveaxis(r, -1, 0)
+
+    one(starts[0])                                      # allocates the outputs
+    rest = starts[1:]
+    workers = min(_MAX_WORKERS, len(rest))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as ex:
+            list(ex.map(one, rest))
+    else:
+        for s in rest:
+            one(s)
+    return tuple(outs)
+
+
+def require_numpy(A, fname):
+    """The GPU launchers are not wired into this function: refuse cupy input clearly."""
+    if not isinstance(A, np.ndarray):
+        raise TypeError(f"{fname}: pass a numpy array (the GPU path of this function is not available)")
+
+
+def default_rtol(n, dtype):
+    """Residual threshold of the robust strategy: 8 * n * eps of the dtype."""
+    return 8.0 * n * float(np.finfo(dtype).eps)
+
+
+__all__ += ["chunk_size", "common_dtype", "require_numpy"]

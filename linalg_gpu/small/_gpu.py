@@ -1,0 +1,158 @@
+"""Thin launchers of the CUDA kernels of linalg_gpu.small (cupy arrays in, cupy arrays out).
+
+Each stage takes the batch-first arrays A (B, n, n) and b (B, n, r), contiguous and of one
+float dtype, and returns the same tuple as the numpy stages of ``robust.py``:
+x (B, n, r), cond (B,), n_discarded (B,), ok (B,), residual (B,) [, nonfinite (B,), asym (B,)].
+Per-system flags stay on the device. Kernels: ``cuda/ldlt.cu``, ``cuda/householder_pcr.cu``,
+``cuda/eigh_small.cu`` (numpy twins: ``ldlt.py``, ``householder.py`` + ``pcr.py``,
+``tridiag_eigh.py``). n threads per system, several systems per block.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from .._kernels import get_function
+
+MAX_N = 64          # largest n the kernels are instantiated for (shared memory per system)
+THREADS = 256       # threads per block: several systems per block for small n
+
+
+@lru_cache(maxsize=None)
+def _max_shared(device_id):
+    import cupy as cp
+
+    return int(cp.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"])
+
+
+def _launch(fn, B, n, per_system_bytes, args_fn):
+    """Pick systems per block from the shared-memory need, launch, return nothing."""
+    import cupy as cp
+
+    spb = max(1, min(THREADS // n, _max_shared(cp.cuda.Device().id) // per_system_bytes))
+    shmem = spb * per_system_bytes
+    if shmem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = shmem
+    grid = (B + spb - 1) // spb
+    if grid:
+        fn((grid,), (spb * n,), args_fn(spb), shared_mem=shmem)
+
+
+@lru_cache(maxsize=None)
+def _pcr_schedule_device(n, device_id):
+    import cupy as cp
+
+    from .pcr import pcr_schedule
+
+    steps = pcr_schedule(n)
+    tab = np.zeros((max(len(steps), 1), 2, n), dtype=np.int32)
+    for s, (perm, link) in enumerate(steps):
+        tab[s, 0] = perm
+        tab[s, 1, : n - 1] = link
+    return cp.asarray(tab.ravel()), len(steps)
+
+
+@lru_cache(maxsize=None)
+def _tree_device(n, device_id):
+    import cupy as cp
+
+    from .tridiag_eigh import _division_tree
+
+    leaves, levels = _division_tree(n)
+    flat = [len(leaves)] + [v for leaf in leaves for v in leaf]
+    merges = [(s, n1, n2) for n1, n2, starts in levels for s in starts]
+    flat += [len(merges)] + [v for m in merges for v in m]
+    return cp.asarray(np.array(flat, dtype=np.int32))
+
+
+def _outputs(b):
+    import cupy as cp
+
+    B = b.shape[0]
+    return cp.empty_like(b), cp.empty(B, dtype=b.dtype), cp.empty(B, dtype=b.dtype)
+
+
+def ldlt_stage(A, b, screen=False):
+    """LDL^T factor + solve + residual (+ input screening) in one pass over A: cuda/ldlt.cu."""
+    import cupy as cp
+
+    B, n, r = b.shape
+    x, cond, resid = _outputs(b)
+    asym = cp.empty(B, dtype=A.dtype)
+    ok, nonfinite = cp.empty(B, dtype=np.int32), cp.empty(B, dtype=np.int32)
+    fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n)
+    per = (n * (n | 1) + 4 * n) * A.dtype.itemsize
+    _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B),
+                                        np.int32(r), np.int32(spb)))
+    out = (x, cond, cp.zeros(B, dtype=np.int32), ok.astype(bool), resid)
+    return out + ((nonfinite.astype(bool), asym) if screen else ())
+
+
+def householder_pcr_stage(A, b):
+    """Householder + Q^T b + PCR (Fig. 9) + Q z + residual: cuda/householder_pcr.cu."""
+    import cupy as cp
+
+    B, n, r = b.shape
+    x, cond, resid = _outputs(b)
+    ok = cp.empty(B, dtype=np.int32)
+    sched, nsteps = _pcr_schedule_device(n, cp.cuda.Device().id)
+    fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n)
+    per = (n * (n | 1) + 12 * n) * A.dtype.itemsize + n * 4
+    _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, sched, np.int32(nsteps), np.int64(B),
+                                        np.int32(r), np.int32(spb)))
+    return x, cond, cp.zeros(B, dtype=np.int32), ok.astype(bool), resid
+
+
+def _eig_bytes(n, itemsize):
+    return (3 * n * (n | 1) + 20 * n) * itemsize + 3 * n * 4
+
+
+def eig_truncate_stage(A, b, cond_max):
+    """Householder + divide and conquer + truncated solve + residual: cuda/eigh_small.cu."""
+    import cupy as cp
+
+    B, n, r = b.shape
+    x, cond, resid = _outputs(b)
+    ndisc = cp.empty(B, dtype=np.int32)
+    hit = cp.zeros(1, dtype=np.int32)
+    tree = _tree_device(n, cp.cuda.Device().id)
+    fn = get_function("eigh_small.cu", "eig_truncate_solve", A.dtype, n)
+    _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
+            lambda spb: (A, b, x, cond, resid, ndisc, tree, hit, A.dtype.type(cond_max), np.int64(B),
+                         np.int32(r), np.int32(spb)))
+    return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid
+
+
+def eigh_small(A):
+    """w (B, n) ascending and eigenvectors (B, n, n): cuda/eigh_small.cu."""
+    import cupy as cp
+
+    B, n, _ = A.shape
+    w = cp.empty((B, n), dtype=A.dtype)
+    V = cp.empty_like(A)
+    hit = cp.zeros(1, dtype=np.int32)
+    tree = _tree_device(n, cp.cuda.Device().id)
+    fn = get_function("eigh_small.cu", "eigh_small", A.dtype, n)
+    _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
+            lambda spb: (A, w, V, tree, hit, np.int64(B), np.int32(spb)))
+    return w, V
+
+
+def run_stage(stage, A, b, screen, cond_max):
+    """The stage named ``stage`` of the robust strategy on the GPU (see the module docstring)."""
+    if stage == "ldlt":
+        return ldlt_stage(A, b, screen)
+    if stage == "householder_pcr":
+        out = householder_pcr_stage(A, b)
+    else:
+        out = eig_truncate_stage(A, b, cond_max)
+    if screen:                          # a start other than LDL^T: screen with cupy reductions
+        import cupy as cp
+
+        amax = cp.abs(A).max(axis=(1, 2))
+        nonfinite = ~(cp.isfinite(amax) & cp.isfinite(b).all(axis=(1, 2)))
+        asym = cp.abs(A - A.transpose(0, 2, 1)).max(axis=(1, 2)) / amax
+        out = out + (nonfinite, asym)
+    return out

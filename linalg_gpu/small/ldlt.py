@@ -1,0 +1,114 @@
+"""Batched LDL^T factorization and solve without pivoting (paper 001, section 3, eq. 5).
+
+For a symmetric positive definite A = L D L^T, with L unit lower triangular and D diagonal:
+
+    D_jj = A_jj - sum_{k<j} L_jk^2 D_kk
+    L_ij = (A_ij - sum_{k<j} L_ik L_jk D_kk) / D_jj,   i > j            (eq. 5)
+
+computed column after column (left-looking, as in Algorithm 1), all systems of the batch at
+once. Only the lower triangle of A is read. A pivot that is not finite or not larger than
+n * eps * max_i |A_ii| is a *breakdown*: the system is flagged, its pivot is replaced by
+max_i |A_ii| so that the rest of the batch is not disturbed, and its solution must not be used.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _common as C
+
+__all__ = ["ldlt_factor", "ldlt_solve"]
+
+
+def _ldlt_factor_bl(A):
+    """Core of eq. (5) on a batch-last block. A: (n, n, c) -> L (n, n, c), D (n, c), ok (c,)."""
+    n, _, c = A.shape
+    eps = np.finfo(A.dtype).eps
+    scale = np.abs(np.einsum("iic->ic", A)).max(axis=0)              # (c,)
+    safe = np.where(scale > 0, scale, 1).astype(A.dtype)               # (c,)
+    tol = n * eps * scale                                               # (c,)
+    L = np.zeros_like(A)                                                # (n, n, c)
+    D = np.empty((n, c), dtype=A.dtype)                                 # (n, c)
+    ok = np.ones(c, dtype=bool)                                         # (c,)
+    idx = np.arange(n)
+    L[idx, idx] = 1
+    for j in range(n):
+        w = L[j, :j] * D[:j]                                            # (j, c): L_jk D_kk
+        dj = A[j, j] - np.einsum("kc,kc->c", L[j, :j], w)               # (c,)
+        bad = ~(dj > tol)                                               # also catches NaN
+        if bad.any():
+            ok &= ~bad
+            dj = np.where(bad, safe, dj)
+        D[j] = dj
+        if j + 1 < n:
+            L[j + 1:, j] = (A[j + 1:, j] - np.einsum("mkc,kc->mc", L[j + 1:, :j], w)) / dj
+    return L, D, ok
+
+
+def _ldlt_substitute_bl(L, D, b):
+    """Solve L D L^T x = b for a batch-last block. L (n, n, c), D (n, c), b (n, r, c) -> x (n, r, c)."""
+    n = L.shape[0]
+    z = np.empty_like(b)
+    for j in range(n):                                                  # L z = b
+        z[j] = b[j] - np.einsum("kc,krc->rc", L[j, :j], z[:j])
+    z /= D[:, None, :]                                                  # D y = z
+    x = z
+    for j in range(n - 2, -1, -1):                                      # L^T x = y
+        x[j] -= np.einsum("kc,krc->rc", L[j + 1:, j], x[j + 1:])
+    return x
+
+
+def _ldlt_solve_bl(A, b):
+    """Factor and solve one batch-last block: A (n, n, c), b (n, r, c) -> x, D, ok."""
+    L, D, ok = _ldlt_factor_bl(A)
+    return _ldlt_substitute_bl(L, D, b), D, ok
+
+
+def ldlt_factor(A, *, check_finite=True, assume_symmetric=False):
+    """LDL^T factorization of a batch of symmetric matrices, without pivoting (eq. 5).
+
+    Parameters
+    ----------
+    A : (..., n, n) array_like, float32 or float64
+        Symmetric matrices; only the lower triangle is read.
+    check_finite : bool, default True
+        Raise ``ValueError`` naming the first system that holds a NaN or an Inf.
+    assume_symmetric : bool, default False
+        Skip the symmetry check (``|A - A^T| <= 100 eps max|A|``).
+
+    Returns
+    -------
+    L : (..., n, n) unit lower triangular factors.
+    D : (..., n) pivots.
+    ok : (...) bool; False where the factorization broke down (see the module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np, linalg_gpu as lg
+    >>> X = np.random.default_rng(0).standard_normal((4, 6, 6)); A = X @ X.transpose(0, 2, 1) + np.eye(6)
+    >>> L, D, ok = lg.ldlt_factor(A)
+    >>> bool(ok.all()) and np.allclose(L * D[..., None, :] @ L.transpose(0, 2, 1), A)
+    True
+    """
+    A = C.check_square_batch(A, "A")
+    C.require_numpy(A, "ldlt_factor")
+    batch, n = A.shape[:-2], A.shape[-1]
+    if check_finite:
+        C.check_finite_batch([A], batch, ["A"])
+    if not assume_symmetric:
+        C.check_symmetric(A)
+    L, D, ok = C.map_chunks(_ldlt_factor_bl, (C.flatten_batch(A, 2),), n)
+    return L.reshape(A.shape), D.reshape(batch + (n,)), ok.reshape(batch)
+
+
+def ldlt_solve(A, b, *, check_finite=True, assume_symmetric=False, return_report=False):
+    """Solve A x = b for a batch of symmetric positive definite A by LDL^T (eq. 5).
+
+    The same as ``solve_small(A, b, method="ldlt", ...)``: a breakdown raises
+    ``numpy.linalg.LinAlgError`` naming the systems, unless ``return_report=True``, in which case
+    those systems get NaN solutions and ``report.ok`` False. Use ``method="auto"`` to repair them.
+    """
+    from .robust import solve_small
+
+    return solve_small(A, b, method="ldlt", check_finite=check_finite,
+                       assume_symmetric=assume_symmetric, return_report=return_report)

@@ -1,0 +1,362 @@
+"""The robust strategy for many small symmetric systems (paper 001, sections 1 and 6).
+
+``solve_small(method="auto")``: LDL^T first (section 3); the systems whose factorization broke
+down or whose relative residual ||Ax - b|| / (||A|| ||x|| + ||b||) exceeds ``rtol`` are solved
+again by Householder + PCR (section 4); those still above ``rtol`` by the eigen-decomposition
+A = N D N^T with the eigenvalues lambda <= lambda_max / cond_max discarded (section 5, step 3):
+x = N_k D_k^{-1} N_k^T b. Only the failing systems are recomputed.
+
+``SolverMemory`` is the paper's "next time": per key (an exercise date in the CVA engine) it
+remembers what the systems needed, so that a later batch with that key starts with LDL^T when
+they were well conditioned, or goes straight to the truncated eigen-solve when they were not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._backend import get_array_module
+from . import _common as C
+from . import _gpu
+from .householder import _apply_reflectors_bl, _symmetrize_lower_bl, _tridiagonalize_bl
+from .ldlt import _ldlt_solve_bl
+from .pcr import _pcr_bl
+from .tridiag_eigh import _tridiag_eigh_bl
+
+__all__ = ["solve_small", "SolverReport", "SolverMemory", "METHODS"]
+
+METHODS = ("auto", "ldlt", "householder_pcr", "eig_truncate")
+STAGES = ("ldlt", "householder_pcr", "eig_truncate")
+_NAMES = np.array(STAGES + ("none",))          # code 3: the input of that system was not finite
+
+
+@dataclass
+class SolverReport:
+    """Per-system outcome of :func:`solve_small`; arrays have the batch shape of A.
+
+    Attributes
+    ----------
+    method_code : int8 array, index into ("ldlt", "householder_pcr", "eig_truncate", "none").
+    residual : relative residual ||Ax - b||_inf / (||A||_inf ||x||_inf + ||b||_inf), max over columns.
+    n_discarded : eigenvalues discarded by the truncated solve (0 for the other methods).
+    cond_estimate : max/min pivot of the factorization that produced x (LDL^T: D; Householder +
+        PCR: the final PCR pivots), or |lambda|_max / |lambda|_min for the eigen-solve.
+    breakdown : the LDL^T factorization broke down (non-positive, tiny or non-finite pivot).
+    ok : the solution meets the criterion of its method (always True for ``auto`` on finite input).
+    nonfinite : the input of the system held a NaN or an Inf (``check_finite=False``).
+    start_method : the first stage tried (from the ``SolverMemory`` for ``auto``).
+    rtol, cond_max : the thresholds used.
+    """
+
+    method_code: np.ndarray
+    residual: np.ndarray
+    n_discarded: np.ndarray
+    cond_estimate: np.ndarray
+    breakdown: np.ndarray
+    ok: np.ndarray
+    nonfinite: np.ndarray
+    start_method: str
+    rtol: float
+    cond_max: float
+    key: object = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def method(self):
+        """Per-system method names (a numpy array of str)."""
+        return _NAMES[_host(self.method_code)]
+
+    def counts(self):
+        """Number of systems per method, e.g. {"ldlt": 990, "householder_pcr": 8, ...}."""
+        codes = _host(self.method_code).ravel()
+        return {str(nm): int((codes == i).sum()) for i, nm in enumerate(_NAMES)}
+
+    def __repr__(self):
+        res = _host(self.residual)
+        fin = res[np.isfinite(res)]
+        worst = f"{fin.max():.2e}" if fin.size else "n/a"
+        return (f"SolverReport(systems={res.size}, start={self.start_method!r}, counts={self.counts()}, "
+                f"max_residual={worst}, discarded={int(_host(self.n_discarded).sum())}, "
+                f"failed={int((~_host(self.ok)).sum())})")
+
+
+class SolverMemory:
+    """What the systems of each key needed last time (the paper's "next time").
+
+    Parameters
+    ----------
+    threshold : float, default 0.5
+        A key whose last batch needed the truncated eigen-solve for at least this fraction of
+        its systems starts the next batch there; one that needed any fallback for at least this
+        fraction starts with Householder + PCR; otherwise it starts with LDL^T.
+
+    A system started directly on the eigen-solve counts as needing it only if eigenvalues
+    were discarded (the eigenvalues say so exactly), so a key goes back to LDL^T once its
+    systems become well conditioned; a system solved by Householder + PCR counts as needing it
+    (whether LDL^T would have done is not known when it was not tried).
+    """
+
+    def __init__(self, threshold=0.5):
+        if not 0 < threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1]; got {threshold}")
+        self.threshold = float(threshold)
+        self._last = {}
+
+    def start_method(self, key):
+        """The first stage for a batch with this key."""
+        rec = self._last.get(key)
+        if rec is None or rec["systems"] == 0:
+            return "ldlt"
+        if rec["needed_eig"] >= self.threshold * rec["systems"]:
+            return "eig_truncate"
+        if rec["needed_fallback"] >= self.threshold * rec["systems"]:
+            return "householder_pcr"
+        return "ldlt"
+
+    def record(self, key, report):
+        """Remember what the systems of ``report`` needed under ``key``."""
+        code = _host(report.method_code).ravel()
+        nd = _host(report.n_discarded).ravel()
+        valid = code < 3
+        eig = code == 2
+        if report.start_method == "eig_truncate":
+            needed_eig = eig & (nd > 0)
+        else:
+            needed_eig = eig
+        needed_fb = needed_eig | (code == 1)
+        self._last[key] = {"systems": int(valid.sum()), "needed_eig": int(needed_eig.sum()),
+                           "needed_fallback": int(needed_fb.sum()), "start": report.start_method,
+                           "counts": report.counts()}
+
+    def summary(self):
+        """{key: {"start": first stage used last time, "next": next start, "counts": ...}}."""
+        return {k: {"start": v["start"], "next": self.start_method(k), "counts": v["counts"]}
+                for k, v in self._last.items()}
+
+    def __contains__(self, key):
+        return key in self._last
+
+    def __repr__(self):
+        return f"SolverMemory(threshold={self.threshold}, keys={len(self._last)})"
+
+
+# ---- batch-last cores: A (n, n, c), b (n, r, c) -> x (n, r, c), cond (c,), n_disc (c,), ok (c,)
+
+def _ldlt_stage(A, b):
+    x, D, ok = _ldlt_solve_bl(A, b)
+    cond = np.where(ok, D.max(0) / D.min(0), np.inf)
+    return x, cond, np.zeros(A.shape[-1], np.int32), ok
+
+
+def _householder_pcr_stage(A, b):
+    d, e, U, beta = _tridiagonalize_bl(A)
+    y = _apply_reflectors_bl(U, beta, b, transpose=True)             # Q^T b
+    z, piv = _pcr_bl(d, e, y)                                         # T z = Q^T b
+    x = _apply_reflectors_bl(U, beta, z, transpose=False)             # x = Q z
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ap = np.abs(piv)
+        cond = ap.max(0) / ap.min(0)
+    ok = np.isfinite(x).all(axis=(0, 1))
+    return x, np.where(ok, cond, np.inf), np.zeros(A.shape[-1], np.int32), ok
+
+
+def _make_eig_truncate_stage(cond_max):
+    def stage(A, b):
+        d, e, U, beta = _tridiagonalize_bl(A)
+        w, O = _tridiag_eigh_bl(d, e)                                 # A = (Q O) diag(w) (Q O)^T
+        y = _apply_reflectors_bl(U, beta, b, transpose=True)          # Q^T b        (n, r, c)
+        y = np.einsum("ijc,irc->jrc", O, y)                           # O^T Q^T b    (n, r, c)
+        wmax = w.max(0)                                               # (c,)
+        keep = w > wmax / cond_max                                    # (n, c) non-positive dropped
+        inv = np.where(keep, 1 / np.where(keep, w, 1), 0)
+        y = np.einsum("ijc,jrc->irc", O, y * inv[:, None])            # O D_k^-1 O^T Q^T b
+        x = _apply_reflectors_bl(U, beta, y, transpose=False)
+        aw = np.abs(w)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cond = aw.max(0) / aw.min(0)
+        n_disc = (~keep).sum(0).astype(np.int32)
+        return x, cond, n_disc, np.isfinite(x).all(axis=(0, 1))
+    return stage
+
+
+def _relative_residual_bl(A, x, b):
+    """||Ax - b||_inf / (||A||_inf ||x||_inf + ||b||_inf) per system, max over right-hand sides.
+
+    A must be symmetric here (with assume_symmetric it is rebuilt from its lower triangle first).
+    """
+    r = np.einsum("ijc,jrc->irc", A, x) - b                          # (n, r, c)
+    nA = np.abs(A).sum(1).max(0)                                      # (c,)
+    num = np.abs(r).max(0)                                            # (r, c)
+    den = nA * np.abs(x).max(0) + np.abs(b).max(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(num == 0, 0, num / den)
+    rel = np.where(np.isfinite(x).all(0), rel, np.inf)
+    return rel.max(0)
+
+
+def _host(a):
+    """A numpy view of a report array (copied from the device for cupy)."""
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _stage(xp, stage, cond_max):
+    """The runner of one stage for the array module: (A, b, n, symmetrize, screen) -> tuple."""
+    if xp is np:
+        fn = {"ldlt": _ldlt_stage, "householder_pcr": _householder_pcr_stage,
+              "eig_truncate": _make_eig_truncate_stage(cond_max)}[stage]
+        return lambda A, b, n, symmetrize, screen: _run_stage(fn, A, b, n, symmetrize, screen)
+    return lambda A, b, n, symmetrize, screen: _gpu.run_stage(stage, A, b, screen, cond_max)
+
+
+def _run_stage(stage_fn, A, b, n, symmetrize, screen):
+    """One stage over (B, n, n), (B, n, r) in chunks; with ``screen`` also the per-system input flags."""
+    def block(Ab, bb):
+        with np.errstate(all="ignore"):
+            flags = ()
+            if screen:                                                # validation in the same pass
+                amax = np.abs(Ab).max((0, 1))                         # NaN/Inf propagate
+                nonfinite = ~(np.isfinite(amax) & np.isfinite(bb).all((0, 1)))
+                asym = np.abs(Ab - Ab.transpose(1, 0, 2)).max((0, 1))
+                flags = (nonfinite, asym / amax)
+            if symmetrize:                                            # assume_symmetric: lower triangle
+                Ab = _symmetrize_lower_bl(Ab)
+            x, cond, nd, ok = stage_fn(Ab, bb)
+            return (x, cond, nd, ok, _relative_residual_bl(Ab, x, bb)) + flags
+    return C.map_chunks(block, (A, b), n)
+
+
+def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,
+                key=None, *, check_finite=True, assume_symmetric=False):
+    """Solve a batch of small symmetric systems A x = b robustly (paper 001).
+
+    Parameters
+    ----------
+    A : (..., n, n) array_like, float32 or float64
+        Symmetric matrices; only the lower triangle is read. numpy arrays are solved on the
+        CPU; cupy arrays (n <= 64) on the GPU by the kernels in ``linalg_gpu/cuda``, with the
+        fallbacks run only on the failing systems, compacted on the device.
+    b : (..., n) or (..., n, k) array_like
+        Right-hand sides, with the batch shape of A (and the same array module).
+    method : {"auto", "ldlt", "householder_pcr", "eig_truncate"}, default "auto"
+        ``auto`` is the paper's strategy (module docstring); the others run one method on all.
+    cond_max : float, default 1e5
+        The truncated eigen-solve discards lambda <= lambda_max / cond_max (the paper's 1e5).
+    rtol : float, optional
+        Residual threshold of ``auto``; default 8 * n * eps of the dtype.
+    return_report : bool, default False
+        Also return a :class:`SolverReport`. Without it, systems whose solution fails its
+        method's criterion (LDL^T breakdown, PCR zero pivot, non-finite input) raise
+        ``numpy.linalg.LinAlgError``; with it they get NaN solutions and ``report.ok`` False.
+    memory : SolverMemory, optional
+        With ``key``: start ``auto`` where this key's systems needed to start last time, and
+        record what they needed now.
+    key : hashable, optional
+        The memory key (required with ``memory``).
+    check_finite : bool, default True
+        Raise ``ValueError`` naming the first system with a NaN or Inf; with False such systems
+        get method "none", a NaN solution and ``report.nonfinite`` True.
+    assume_symmetric : bool, default False
+        Skip the symmetry check (``|A - A^T| <= 100 eps max|A|``, first bad system named).
+
+    Returns
+    -------
+    x : (..., n) or (..., n, k), in the dtype of A and b (float32 stays float32).
+    report : SolverReport, if ``return_report``.
+
+    Examples
+    --------
+    >>> import numpy as np, linalg_gpu as lg
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((100, 8, 8)); A = X @ X.transpose(0, 2, 1) + np.eye(8)
+    >>> b = rng.standard_normal((100, 8))
+    >>> x, rep = lg.solve_small(A, b, return_report=True)
+    >>> bool(np.allclose(np.einsum("bij,bj->bi", A, x), b)), rep.counts()["ldlt"]
+    (True, 100)
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    cond_max = float(cond_max)
+    if not (np.isfinite(cond_max) and cond_max > 1):
+        raise ValueError(f"cond_max must be a finite number > 1; got {cond_max}")
+    A = C.check_square_batch(A, "A")
+    b, vec = C.check_rhs(b, A, "b")
+    xp = get_array_module(A, b)
+    dt = C.common_dtype(("A", A), ("b", b))
+    batch, n = A.shape[:-2], A.shape[-1]
+    rtol = C.default_rtol(n, dt) if rtol is None else float(rtol)
+    if not (np.isfinite(rtol) and rtol > 0):
+        raise ValueError(f"rtol must be a finite positive number; got {rtol}")
+    if memory is not None and key is None:
+        raise ValueError("key is required with memory (e.g. the exercise date of the batch)")
+    if memory is not None and not isinstance(memory, SolverMemory):
+        raise TypeError(f"memory must be a SolverMemory; got {type(memory).__name__}")
+    if xp is not np and n > _gpu.MAX_N:
+        raise ValueError(f"n = {n} is larger than the GPU kernels' limit of {_gpu.MAX_N}; "
+                         "solve on the CPU (pass numpy arrays) or split the problem")
+    Af = xp.ascontiguousarray(C.flatten_batch(A.astype(dt, copy=False), 2))       # (B, n, n)
+    bf = xp.ascontiguousarray(C.flatten_batch((b[..., None] if vec else b).astype(dt, copy=False), 2))
+    B = Af.shape[0]                                                   # bf: (B, n, r)
+    start = method if method != "auto" else (memory.start_method(key) if memory is not None else "ldlt")
+    stages = STAGES[STAGES.index(start):] if method == "auto" else (method,)
+
+    x = xp.full_like(bf, np.nan)                                      # (B, n, r)
+    code = xp.full(B, 3, dtype=np.int8)
+    residual = xp.full(B, np.nan, dtype=dt)
+    cond = xp.full(B, np.nan, dtype=dt)
+    n_disc = xp.zeros(B, dtype=np.int32)
+    breakdown = xp.zeros(B, dtype=bool)
+    ok = xp.zeros(B, dtype=bool)
+    todo = xp.arange(B)
+    for i, stage in enumerate(stages):
+        if todo.size == 0:
+            break
+        first = i == 0
+        sub = (Af, bf) if first else (Af[todo], bf[todo])             # compacted: failing systems only
+        xs, cs, nds, oks, rs, *flags = _stage(xp, stage, cond_max)(*sub, n, assume_symmetric, first)
+        if first:
+            nonfinite, asym = flags
+            if check_finite and nonfinite.any():
+                C.check_finite_batch([A, b], batch, ["A", "b"])       # raises, naming the first system
+            if not assume_symmetric:
+                bad = ~nonfinite & (asym > C.SYMMETRY_RTOL * np.finfo(dt).eps)
+                if bad.any():
+                    C.check_symmetric(A)                              # raises, naming the first system
+            oks &= ~nonfinite
+        if stage == "ldlt":
+            breakdown[todo] = ~oks
+        final = i == len(stages) - 1
+        accept = xp.ones(todo.size, dtype=bool) if final else oks & (rs <= rtol)
+        if first:
+            accept |= nonfinite                                        # nothing to repair there
+        sel = todo[accept]
+        x[sel] = xp.where(oks[accept, None, None], xs[accept], np.nan)
+        code[sel] = STAGES.index(stage)
+        residual[sel], cond[sel], n_disc[sel], ok[sel] = rs[accept], cs[accept], nds[accept], oks[accept]
+        todo = todo[~accept]
+    code[nonfinite] = 3
+    residual[nonfinite] = np.nan
+    cond[nonfinite] = np.nan
+
+    report = SolverReport(method_code=code.reshape(batch), residual=residual.reshape(batch),
+                          n_discarded=n_disc.reshape(batch), cond_estimate=cond.reshape(batch),
+                          breakdown=breakdown.reshape(batch), ok=ok.reshape(batch),
+                          nonfinite=nonfinite.reshape(batch), start_method=start, rtol=rtol,
+                          cond_max=cond_max, key=key)
+    if memory is not None:
+        memory.record(key, report)
+    x = x.reshape(batch + x.shape[1:])
+    x = x[..., 0] if vec else x
+    if return_report:
+        return x, report
+    if not bool(ok.all()):
+        bad = _host(~ok)
+        why = ("non-finite input" if _host(nonfinite)[bad].all()
+               else f"{method} failed (breakdown or zero pivot)")
+        raise np.linalg.LinAlgError(
+            f"solve_small: {int(bad.sum())} of {B} system(s) have no valid solution ({why}); the first at "
+            f"batch index {C.first_index(bad, batch)}. Use method='auto' to repair them, or "
+            "return_report=True to get them flagged instead"
+        )
+    return x

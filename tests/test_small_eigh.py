@@ -1,0 +1,254 @@
+"""Divide-and-conquer tridiagonal eigensolver (section 5) and eigh_small, against LAPACK."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from small_testlib import (
+    BATCHES,
+    DTYPES,
+    SIZES,
+    eps,
+    glued_wilkinson,
+    mT,
+    random_orthogonal,
+    sym_from_eigs,
+    tridiag_dense,
+    wilkinson,
+)
+
+import linalg_gpu as lg
+
+C_ORTH = 10     # ||V^T V - I||_max <= C_ORTH * n * eps
+C_RES = 10      # ||T V - V diag(w)||_max <= C_RES * n * eps * ||T||_2
+C_EIG = 10      # |w - w_ref| <= C_EIG * n * eps * ||T||_2
+
+HYP = settings(max_examples=40, deadline=None, derandomize=False,
+               suppress_health_check=[HealthCheck.too_slow])
+
+
+def _ref_tridiag_eigvals(d, e):
+    """scipy.linalg.eigh_tridiagonal (LAPACK stemr) in float64, looping over the batch."""
+    d = np.asarray(d, dtype=np.float64)
+    e = np.asarray(e, dtype=np.float64)
+    batch, n = d.shape[:-1], d.shape[-1]
+    D = d.reshape(-1, n)
+    E = e.reshape(D.shape[0], n - 1)
+    w = np.empty_like(D)
+    for i in range(D.shape[0]):
+        if n == 1:
+            w[i] = D[i]
+        else:
+            w[i] = sla.eigh_tridiagonal(D[i], E[i], eigvals_only=True)
+    return w.reshape(batch + (n,))
+
+
+def check_eigenpairs(M, w, V, w_ref, dtype, label=""):
+    """Ascending w, orthonormal V, small residual M V - V diag(w), w close to w_ref (all per system)."""
+    n = M.shape[-1]
+    ep = eps(dtype)
+    M = np.asarray(M, dtype=np.float64)
+    w64, V64 = w.astype(np.float64), V.astype(np.float64)
+    assert w.dtype == V.dtype == dtype, label
+    assert np.all(np.isfinite(w)) and np.all(np.isfinite(V)), label
+    assert np.all(np.diff(w64, axis=-1) >= 0), f"{label}: eigenvalues not ascending"
+    normM = np.abs(w_ref).max(axis=-1)                                  # ||M||_2
+    orth = np.abs(mT(V64) @ V64 - np.eye(n)).max(axis=(-2, -1))
+    assert np.all(orth <= C_ORTH * n * ep), f"{label}: orth {orth.max() / (n * ep):.1f} n eps"
+    res = np.abs(M @ V64 - V64 * w64[..., None, :]).max(axis=(-2, -1))
+    assert np.all(res <= C_RES * n * ep * normM), f"{label}: residual {(res / (n * ep * normM)).max():.1f}"
+    dw = np.abs(w64 - w_ref).max(axis=-1)
+    assert np.all(dw <= C_EIG * n * ep * normM), f"{label}: eigenvalues {(dw / (n * ep * normM)).max():.1f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# tridiag_eigh on fresh random inputs
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+def test_tridiag_eigh_random(rng, n, batch, dtype):
+    d = rng.standard_normal(batch + (n,)).astype(dtype)
+    e = rng.standard_normal(batch + (n - 1,)).astype(dtype)
+    w, V = lg.tridiag_eigh(d, e)
+    assert w.shape == batch + (n,) and V.shape == batch + (n, n)
+    check_eigenpairs(tridiag_dense(d, e), w, V, _ref_tridiag_eigvals(d, e), dtype)
+
+
+def test_tridiag_eigh_wilkinson_w21():
+    d, e = wilkinson(21)
+    w, V = lg.tridiag_eigh(d, e)
+    check_eigenpairs(tridiag_dense(d, e), w, V, _ref_tridiag_eigvals(d, e), np.float64, "W21+")
+    # the top pair of W21+ agrees to ~1e-13 and must still get orthogonal eigenvectors
+    assert w[-1] - w[-2] < 1e-12
+
+
+@pytest.mark.parametrize("glue", (0.0, 1e-15, 1e-10, 1e-6, 1e-3))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_tridiag_eigh_glued_wilkinson(glue, dtype):
+    d, e = glued_wilkinson(3, 21, glue)
+    d, e = d.astype(dtype), e.astype(dtype)
+    w, V = lg.tridiag_eigh(d, e)
+    check_eigenpairs(tridiag_dense(d, e), w, V, _ref_tridiag_eigvals(d, e), dtype, f"glue {glue}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_tridiag_eigh_diagonal_and_zero(dtype):
+    d = np.array([[3.0, -1.0, 2.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]], dtype=dtype)
+    e = np.zeros((2, 4), dtype=dtype)
+    w, V = lg.tridiag_eigh(d, e)
+    np.testing.assert_array_equal(w, np.sort(d, axis=-1))
+    check_eigenpairs(tridiag_dense(d, e), w, V, np.sort(d.astype(np.float64), axis=-1), dtype)
+
+
+def test_tridiag_eigh_batch_independence(rng):
+    """A hard system in the batch does not change the results of the others."""
+    n = 21
+    dw, ew = wilkinson(n)
+    d = np.stack([rng.standard_normal(n), dw, rng.standard_normal(n), np.zeros(n)])
+    e = np.stack([rng.standard_normal(n - 1), ew, np.full(n - 1, 1e-14), np.zeros(n - 1)])
+    w, V = lg.tridiag_eigh(d, e)
+    for i in range(d.shape[0]):
+        wi, Vi = lg.tridiag_eigh(d[i], e[i])
+        nrm = max(np.abs(wi).max(), 1.0)
+        np.testing.assert_allclose(w[i], wi, rtol=0, atol=4 * n * eps(np.float64) * nrm)
+        # eigenvectors up to sign, where the eigenvalue is well separated
+        gap = np.minimum(np.r_[np.inf, np.diff(wi)], np.r_[np.diff(wi), np.inf])
+        sep = gap > 1e-6 * nrm
+        s = np.sign(np.sum(V[i] * Vi, axis=0))
+        np.testing.assert_allclose((V[i] * s)[:, sep], Vi[:, sep], rtol=0, atol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# property tests: clustered / repeated eigenvalues, zero off-diagonals, extreme scales
+
+FAMILIES = ("random", "constant_tiny_e", "clustered", "repeated_blocks", "wilkinson",
+            "glued_wilkinson", "laplacian", "graded")
+
+
+@st.composite
+def tridiagonals(draw, dtype):
+    family = draw(st.sampled_from(FAMILIES))
+    n = draw(st.integers(1, 48))
+    seed = draw(st.integers(0, 2**63 - 1))
+    zero_frac = draw(st.sampled_from((0.0, 0.0, 0.2, 0.5, 1.0)))
+    kmax = 150 if dtype == np.float64 else 12
+    k = draw(st.integers(-kmax, kmax))
+    rng = np.random.default_rng(seed)
+    if family == "random":
+        d, e = rng.standard_normal(n), rng.standard_normal(n - 1)
+    elif family == "constant_tiny_e":
+        tiny = draw(st.sampled_from((1e-6, 1e-10, 1e-14, 1e-17)))
+        d, e = np.full(n, rng.standard_normal()), tiny * rng.standard_normal(n - 1)
+    elif family == "clustered":
+        c = draw(st.sampled_from((1e-4, 1e-8, 1e-12)))
+        d = 1.0 + c * rng.standard_normal(n)
+        e = c * rng.standard_normal(n - 1)
+    elif family == "repeated_blocks":                 # exactly repeated eigenvalues
+        m = draw(st.integers(1, 6))
+        reps = max(1, n // m)
+        db, eb = rng.standard_normal(m), rng.standard_normal(m - 1)
+        d = np.tile(db, reps)
+        e = np.concatenate([np.r_[eb, 0.0]] * reps)[:-1]
+    elif family == "wilkinson":
+        d, e = wilkinson(n)
+    elif family == "glued_wilkinson":
+        size = draw(st.sampled_from((3, 5, 7, 11, 21)))
+        blocks = draw(st.integers(1, max(1, 48 // size)))
+        glue = draw(st.sampled_from((0.0, 1e-15, 1e-12, 1e-8, 1e-4)))
+        d, e = glued_wilkinson(blocks, size, glue)
+    elif family == "laplacian":
+        d, e = np.full(n, 2.0), -np.ones(n - 1)
+    else:                                             # graded: entries over many decades
+        g = 10.0 ** (-rng.uniform(0, 8 if dtype == np.float64 else 4) * np.arange(n) / max(n - 1, 1))
+        d = g * rng.standard_normal(n)
+        e = np.sqrt(g[:-1] * g[1:]) * rng.standard_normal(n - 1)
+    e = np.array(e, dtype=np.float64)
+    if zero_frac and e.size:
+        e[rng.random(e.size) < zero_frac] = 0.0
+    scale = 10.0**k
+    d = (np.asarray(d, dtype=np.float64) * scale).astype(dtype)
+    e = (e * scale).astype(dtype)
+    return family, k, d, e
+
+
+def _check_tridiag(case, dtype):
+    family, k, d, e = case
+    w, V = lg.tridiag_eigh(d, e)
+    label = f"{family}, n={d.size}, scale=1e{k}"
+    check_eigenpairs(tridiag_dense(d, e), w, V, _ref_tridiag_eigvals(d, e), dtype, label)
+
+
+@HYP
+@given(case=tridiagonals(np.float64))
+def test_tridiag_eigh_properties_float64(case):
+    _check_tridiag(case, np.float64)
+
+
+@HYP
+@given(case=tridiagonals(np.float32))
+def test_tridiag_eigh_properties_float32(case):
+    _check_tridiag(case, np.float32)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 24), nbatch=st.integers(1, 5), seed=st.integers(0, 2**63 - 1),
+       k=st.integers(-150, 150))
+def test_tridiag_eigh_batched_scales(n, nbatch, seed, k):
+    """Every system of a batch gets its own scale (10^k .. 10^-k) and is still solved accurately."""
+    rng = np.random.default_rng(seed)
+    scales = 10.0 ** np.linspace(-abs(k), abs(k), nbatch)
+    d = rng.standard_normal((nbatch, n)) * scales[:, None]
+    e = rng.standard_normal((nbatch, n - 1)) * scales[:, None]
+    w, V = lg.tridiag_eigh(d, e)
+    check_eigenpairs(tridiag_dense(d, e), w, V, _ref_tridiag_eigvals(d, e), np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# eigh_small = Householder + divide and conquer
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+def test_eigh_small_random(rng, n, batch, dtype):
+    X = rng.standard_normal(batch + (n, n))
+    A = ((X + mT(X)) / 2).astype(dtype)
+    w, N = lg.eigh_small(A)
+    assert w.shape == batch + (n,) and N.shape == batch + (n, n)
+    check_eigenpairs(A, w, N, np.linalg.eigvalsh(A.astype(np.float64)), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", (4, 9, 32, 33))
+def test_eigh_small_repeated_eigenvalues(rng, n, dtype):
+    w0 = np.sort(rng.choice([-1.0, 0.5, 2.0], size=(5, n)), axis=-1)
+    w0[0] = 1.0                                                        # a multiple of I
+    A = sym_from_eigs(rng, w0).astype(dtype)
+    w, N = lg.eigh_small(A)
+    check_eigenpairs(A, w, N, np.linalg.eigvalsh(A.astype(np.float64)), dtype)
+
+
+@pytest.mark.parametrize("k", (-170, -160, -150, -40, 0, 40, 150, 155, 160))
+def test_eigh_small_scales(rng, k):
+    n = 12
+    Q = random_orthogonal(rng, n, (3,))
+    w0 = np.r_[np.logspace(0, -10, n - 2), -1.0, 1.0]
+    A = (Q * w0) @ mT(Q) * 10.0**k
+    A = (A + mT(A)) / 2
+    w, N = lg.eigh_small(A)
+    check_eigenpairs(A, w, N, np.linalg.eigvalsh(A), np.float64, f"scale 1e{k}")
+
+
+def test_eigh_small_reads_lower_triangle_only(rng):
+    n = 10
+    X = rng.standard_normal((2, n, n))
+    A = X + mT(X)
+    w1, N1 = lg.eigh_small(A)
+    w2, N2 = lg.eigh_small(np.tril(A) + np.triu(rng.standard_normal((2, n, n)), 1), assume_symmetric=True)
+    np.testing.assert_array_equal(w1, w2)
+    np.testing.assert_array_equal(N1, N2)

@@ -1,0 +1,499 @@
+"""solve_small: every method against LAPACK, the robust ``auto`` strategy and SolverMemory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from small_testlib import (
+    BATCHES,
+    DTYPES,
+    SIZES,
+    black_scholes_system,
+    cond2,
+    eps,
+    mT,
+    random_dominant_tridiag,
+    random_orthogonal,
+    randomized_xi_rho,
+    ref_solve,
+    rel_err,
+    spd_with_cond,
+    sym_from_eigs,
+    tridiag_dense,
+    truncated_solution,
+)
+
+import linalg_gpu as lg
+
+C_SOLVE = 10    # relative forward error <= C_SOLVE * n * eps * cond_2
+C_EIG = 10      # eigenvalue error bound C_EIG * n * eps * ||A||_2 (classification at the threshold)
+C_TRUNC = 10    # truncated solve: rel. error <= C_TRUNC * n * eps * (w_max / w_k + w_max / gap)
+
+SOLVE_METHODS = ("auto", "ldlt", "householder_pcr", "eig_truncate")
+COND = {np.float32: 1e3, np.float64: 1e4}       # < cond_max = 1e5: eig_truncate discards nothing
+
+
+def residual_inf(A, x, b):
+    """The report's relative residual ||Ax - b||_inf / (||A||_inf ||x||_inf + ||b||_inf), float64."""
+    A, x, b = (np.asarray(a, dtype=np.float64) for a in (A, x, b))
+    if b.ndim == A.ndim - 1:
+        x, b = x[..., None], b[..., None]
+    r = np.abs(A @ x - b).max(axis=-2)
+    den = np.abs(A).sum(-1).max(-1)[..., None] * np.abs(x).max(axis=-2) + np.abs(b).max(axis=-2)
+    return (r / den).max(axis=-1)
+
+
+def singular_psd(rng, n, batch, rank):
+    X = rng.standard_normal(tuple(batch) + (n, rank))
+    A = X @ mT(X)
+    return (A + mT(A)) / 2
+
+
+def singular_diagonal(n, zeros=1):
+    """diag(1..n) with ``zeros`` zero entries: every stage before eig_truncate fails on it."""
+    d = np.arange(1.0, n + 1.0)
+    d[n - zeros:] = 0.0
+    return np.diag(d)
+
+
+def indefinite_tridiagonal(rng, n):
+    """Diagonally dominant indefinite tridiagonal: LDL^T breaks down, Householder + PCR is exact."""
+    d, e = random_dominant_tridiag(rng, n)
+    d[1] = -d[1]
+    return tridiag_dense(d, e)
+
+
+# ---------------------------------------------------------------------------------------------
+# every method against LAPACK
+
+
+@pytest.mark.parametrize("method", SOLVE_METHODS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+def test_methods_match_lapack(rng, n, batch, dtype, method):
+    A = spd_with_cond(rng, n, COND[dtype], batch, dtype)
+    b = rng.standard_normal(batch + (n,)).astype(dtype)
+    x, rep = lg.solve_small(A, b, method=method, return_report=True)
+    assert x.shape == b.shape and x.dtype == dtype
+    expect = "ldlt" if method == "auto" else method
+    assert np.all(rep.method == expect)
+    assert np.all(rep.ok) and not np.any(rep.nonfinite)
+    assert np.all(rep.n_discarded == 0)
+    err = rel_err(x, ref_solve(A, b))
+    tol = C_SOLVE * n * eps(dtype) * cond2(A)
+    assert np.all(err <= tol), (err / tol).max()
+
+
+@pytest.mark.parametrize("method", SOLVE_METHODS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_methods_multiple_rhs(rng, method, dtype):
+    n, k, batch = 11, 4, (2, 3)
+    A = spd_with_cond(rng, n, COND[dtype], batch, dtype)
+    b = rng.standard_normal(batch + (n, k)).astype(dtype)
+    x, rep = lg.solve_small(A, b, method=method, return_report=True)
+    assert x.shape == b.shape and x.dtype == dtype
+    assert rep.residual.shape == batch
+    err = rel_err(x, ref_solve(A, b), vec_axis=-2)
+    assert np.all(err <= C_SOLVE * n * eps(dtype) * cond2(A)[..., None])
+    # the report's residual is the max over the columns
+    np.testing.assert_allclose(rep.residual, residual_inf(A, x, b), rtol=0.1, atol=4 * eps(dtype))
+
+
+@pytest.mark.parametrize("method", SOLVE_METHODS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", (2, 5, 16, 31, 64))
+def test_randomized_xi_rho_all_methods(rng, n, dtype, method):
+    """Section 3.3: all methods solve the randomized Xi_rho matrices accurately."""
+    A, rho = randomized_xi_rho(rng, n, (3, 4), dtype=dtype)
+    b = rng.standard_normal((3, 4, n)).astype(dtype)
+    x, rep = lg.solve_small(A, b, method=method, return_report=True)
+    assert np.all(rep.ok)
+    err = rel_err(x, ref_solve(A, b))
+    assert np.all(err <= C_SOLVE * n * eps(dtype) * cond2(A)), (rho, err.max())
+    assert np.all(rep.residual <= rep.rtol)
+    if method == "auto":
+        assert np.all(rep.method == "ldlt")
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+def test_report_fields(rng, batch, dtype):
+    n = 6
+    A = spd_with_cond(rng, n, 10.0, batch, dtype)
+    b = rng.standard_normal(batch + (n,)).astype(dtype)
+    x, rep = lg.solve_small(A, b, return_report=True)
+    assert isinstance(rep, lg.SolverReport)
+    for f in ("method", "method_code", "residual", "n_discarded", "cond_estimate", "breakdown",
+              "ok", "nonfinite"):
+        assert np.shape(getattr(rep, f)) == batch, f
+    assert np.all(np.asarray(rep.method) == "ldlt")
+    assert rep.start_method == "ldlt"
+    assert rep.rtol == pytest.approx(8 * n * eps(dtype))
+    assert rep.cond_max == 1e5
+    counts = rep.counts()
+    assert counts["ldlt"] == int(np.prod(batch, dtype=int)) and sum(counts.values()) == counts["ldlt"]
+    assert set(counts) >= {"ldlt", "householder_pcr", "eig_truncate"}
+    assert np.all(rep.residual <= rep.rtol)
+    np.testing.assert_allclose(rep.residual, residual_inf(A, x, b), rtol=0.1, atol=4 * eps(dtype))
+    assert np.all(rep.cond_estimate >= 1)
+    x2 = lg.solve_small(A, b)                                          # no report: x only
+    np.testing.assert_array_equal(x, x2)
+
+
+def test_custom_thresholds_recorded(rng):
+    A = spd_with_cond(rng, 5, 10.0, (3,))
+    b = rng.standard_normal((3, 5))
+    _, rep = lg.solve_small(A, b, cond_max=1e3, rtol=1e-6, return_report=True)
+    assert rep.cond_max == 1e3 and rep.rtol == 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# the robust strategy
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", (3, 8, 17, 32))
+def test_only_failing_systems_are_recomputed(rng, n, dtype):
+    """A batch mixing well-conditioned SPD and singular matrices: the SPD ones stay on LDL^T."""
+    B = 12
+    A = spd_with_cond(rng, n, 10.0, (B,), np.float64)
+    bad = np.zeros(B, dtype=bool)
+    bad[[1, 4, 5, 9, 11]] = True
+    A[1] = singular_psd(rng, n, (), max(1, n // 2))
+    A[4] = 0.0
+    A[5] = singular_diagonal(n)
+    A[9] = np.ones((n, n))
+    A[11] = singular_psd(rng, n, (), 1)
+    A = A.astype(dtype)
+    b = rng.standard_normal((B, n)).astype(dtype)
+    x, rep = lg.solve_small(A, b, return_report=True)
+    assert x.dtype == dtype
+    assert np.all(rep.method[~bad] == "ldlt")
+    assert np.all(rep.method[bad] != "ldlt")
+    np.testing.assert_array_equal(rep.breakdown, bad)
+    assert np.all(rep.ok)
+    assert rep.counts()["ldlt"] == B - bad.sum()
+    # the good systems get what they get alone
+    x_good = lg.solve_small(A[~bad], b[~bad])
+    np.testing.assert_allclose(x[~bad], x_good, rtol=0, atol=8 * eps(dtype) * float(np.abs(x_good).max()))
+    # every accepted non-truncated solution meets the residual criterion
+    nt = rep.method != "eig_truncate"
+    assert np.all(rep.residual[nt] <= rep.rtol)
+    # the singular diagonal and the zero matrix can only be handled by the truncated solve
+    assert rep.method[4] == "eig_truncate" and rep.n_discarded[4] == n
+    assert rep.method[5] == "eig_truncate" and rep.n_discarded[5] == 1
+    np.testing.assert_array_equal(x[4], 0)
+
+
+def test_indefinite_goes_to_householder_pcr(rng):
+    n = 9
+    A = np.stack([indefinite_tridiagonal(rng, n) for _ in range(3)] + [spd_with_cond(rng, n, 10.0)])
+    b = rng.standard_normal((4, n))
+    x, rep = lg.solve_small(A, b, return_report=True)
+    np.testing.assert_array_equal(rep.method, ["householder_pcr"] * 3 + ["ldlt"])
+    np.testing.assert_array_equal(rep.breakdown, [True, True, True, False])
+    assert np.all(rep.residual <= rep.rtol)
+    assert np.all(rel_err(x, ref_solve(A, b)) <= C_SOLVE * n * eps(np.float64) * cond2(A))
+
+
+@pytest.mark.parametrize("k", (-160, 160))
+@pytest.mark.parametrize("method", SOLVE_METHODS)
+def test_scale_invariance(rng, method, k):
+    """Scaling A and b by 10^k (entries still ordinary float64 numbers) does not change x."""
+    n = 6
+    if method == "auto":                                   # indefinite: needs a fallback stage
+        A = sym_from_eigs(rng, np.array([[1.0, -1.0, 2.0, 3.0, -0.5, 1.5]] * 3))
+    else:
+        A = spd_with_cond(rng, n, 10.0, (3,))
+    b = rng.standard_normal((3, n))
+    x0, rep0 = lg.solve_small(A, b, method=method, return_report=True)
+    x, rep = lg.solve_small(A * 10.0**k, b * 10.0**k, method=method, return_report=True)
+    np.testing.assert_array_equal(rep.method, rep0.method)
+    assert np.all(rep.ok)
+    assert np.all(np.isfinite(x)), x
+    assert np.all(rel_err(x, x0) <= C_SOLVE * n * eps(np.float64) * cond2(A))
+
+
+def test_ok_implies_finite_solution(rng):
+    """Whatever the input, a system reported ok must have a finite solution and residual <= 1."""
+    n = 5
+    A = sym_from_eigs(rng, np.array([[1.0, -1.0, 2.0, 3.0, -0.5]] * 4)) * 1e-160
+    b = rng.standard_normal((4, n)) * 1e-160
+    for method in SOLVE_METHODS:
+        x, rep = lg.solve_small(A, b, method=method, return_report=True)
+        okx = np.asarray(rep.ok)
+        assert np.all(np.isfinite(x[okx])), (method, rep.method, x)
+        assert np.all(rep.residual[okx] <= 1), (method, rep.residual)
+
+
+def _check_truncated(A, b, x, rep, idx, dtype):
+    """x[idx] against an independent float64 numpy.linalg.eigh truncated solve of the same A."""
+    n = A.shape[-1]
+    ep = eps(dtype)
+    Ai, bi, xi = A[idx].astype(np.float64), b[idx].astype(np.float64), x[idx].astype(np.float64)
+    w = np.linalg.eigvalsh(Ai)
+    nA = np.abs(w).max()
+    thr = w.max() / rep.cond_max
+    nd = int(rep.n_discarded[idx])
+    # the implementation's split agrees with the reference eigenvalues up to their rounding error
+    delta = C_EIG * n * ep * nA
+    assert np.all(w[:nd] <= thr + delta), (idx, w[:nd], thr)
+    assert np.all(w[nd:] > thr - delta), (idx, w[nd:], thr)
+    xref, _, w, keep = truncated_solution(Ai, bi, rep.cond_max, keep_count=n - nd)
+    if nd == n:
+        np.testing.assert_array_equal(xi, 0)
+        return
+    wk = w[keep].min()
+    gap = wk - w[~keep].max() if nd else np.inf
+    cond_eff = w.max() / wk + w.max() / gap
+    err = rel_err(xi, xref, vec_axis=0)
+    assert np.all(err <= C_TRUNC * n * ep * cond_eff), (idx, err, cond_eff)
+
+
+def test_black_scholes_well_sampled_stays_ldlt(rng):
+    """Fig. 2 with M = 300: cond ~1e6, yet float32 LDL^T does not break down."""
+    A, b = black_scholes_system(rng, 300, (8,))
+    assert A.dtype == b.dtype == np.float32
+    x, rep = lg.solve_small(A, b, return_report=True)
+    assert x.dtype == np.float32
+    assert np.all(rep.method == "ldlt") and np.all(rep.ok) and not np.any(rep.breakdown)
+    assert np.all(rep.residual <= rep.rtol)
+    assert np.all(residual_inf(A, x, b) <= rep.rtol)
+    assert rep.rtol == pytest.approx(8 * 30 * eps(np.float32))
+
+
+def test_black_scholes_mixed_batch_is_repaired(rng):
+    """M_k = 300 (fine) mixed with M_k = 20 < n = 30 (rank deficient): auto repairs the latter."""
+    A1, b1 = black_scholes_system(rng, 300, (6,))
+    A2, b2 = black_scholes_system(rng, 20, (6,))
+    A = np.stack([A1, A2], axis=1).reshape(2, 6, 30, 30)               # batch (2, 6), interleaved
+    b = np.stack([b1, b2], axis=1).reshape(2, 6, 30)
+    deficient = np.tile([False, True], 6).reshape(2, 6)
+    x, rep = lg.solve_small(A, b, return_report=True)
+    assert x.dtype == np.float32 and x.shape == b.shape
+    counts = rep.counts()
+    assert counts["householder_pcr"] + counts["eig_truncate"] > 0
+    assert np.all(rep.ok) and not np.any(rep.nonfinite)
+    assert np.all(rep.method[~deficient] == "ldlt")
+    assert np.all(rep.method[deficient] != "ldlt")
+    assert np.all(rep.breakdown[deficient] | (rep.method[deficient] != "ldlt"))
+    nt = rep.method != "eig_truncate"
+    assert np.all(rep.residual[nt] <= rep.rtol)
+    assert np.all(residual_inf(A[nt], x[nt], b[nt]) <= 2 * rep.rtol)
+    assert np.all(rep.n_discarded[rep.method == "eig_truncate"] > 0)
+    for idx in zip(*np.nonzero(rep.method == "eig_truncate"), strict=True):
+        _check_truncated(A, b, x, rep, idx, np.float32)
+    # the well-sampled systems get what they get alone
+    x1 = lg.solve_small(A1, b1)
+    np.testing.assert_allclose(x[~deficient].reshape(6, 30), x1, rtol=0,
+                               atol=8 * eps(np.float32) * float(np.abs(x1).max()))
+
+
+def _with_spectrum(rng, kept, discarded, batch):
+    """Symmetric matrices with the given kept / discarded eigenvalues (shuffled), float64."""
+    w = np.concatenate([kept, discarded], axis=-1)
+    w = rng.permuted(np.broadcast_to(w, tuple(batch) + w.shape[-1:]).copy(), axis=-1)
+    return sym_from_eigs(rng, w)
+
+
+@pytest.mark.parametrize("cond_max", (1e5, 1e2))
+@pytest.mark.parametrize("n", (3, 5, 8, 16, 33, 64))
+def test_eig_truncate_against_numpy(rng, n, cond_max):
+    """Tiny, zero and negative eigenvalues are discarded; x = N_k diag(1/w_k) N_k^T b."""
+    batch = (4,)
+    m = max(1, min(n - 1, n // 3))                                     # expected discards
+    thr_rel = 1.0 / cond_max
+    # kept: in [10 thr, 1] (log-uniform) with 1 itself; discarded: < thr / 10 or <= 0
+    kept = 10.0 ** rng.uniform(np.log10(10 * thr_rel), 0.0, (n - m,))
+    kept[0] = 1.0
+    pool = np.array([1e-3 * thr_rel, 1e-9, 0.0, -1e-12, -1e-3, -0.5, 0.1 * thr_rel])
+    disc = rng.choice(pool, size=m)
+    A = _with_spectrum(rng, kept, disc, batch)
+    b = rng.standard_normal(batch + (n, 2))
+    x, rep = lg.solve_small(A, b, method="eig_truncate", cond_max=cond_max, return_report=True)
+    assert np.all(rep.method == "eig_truncate") and np.all(rep.ok)
+    np.testing.assert_array_equal(rep.n_discarded, m)
+    for i in range(batch[0]):
+        xref, nd, w, keep = truncated_solution(A[i], b[i], cond_max)
+        assert nd == m
+        wk = w[keep].min()
+        gap = wk - w[~keep].max()
+        bound = C_TRUNC * n * eps(np.float64) * (w.max() / wk + w.max() / gap)
+        assert np.all(rel_err(x[i], xref, vec_axis=0) <= bound)
+        # the residual lies in the discarded eigenspace and x in the kept one
+        _, N = np.linalg.eigh(A[i])
+        Nk, Nd = N[:, keep], N[:, ~keep]
+        r = A[i] @ x[i] - b[i]
+        assert np.abs(Nk.T @ r).max() <= bound * np.abs(b[i]).max() * 10
+        assert np.abs(Nd.T @ x[i]).max() <= bound * np.abs(xref).max()
+
+
+def test_eig_truncate_nothing_positive(rng):
+    """All eigenvalues <= 0: everything is discarded and x = 0."""
+    n = 7
+    A = np.stack([-spd_with_cond(rng, n, 10.0), np.zeros((n, n))])
+    b = rng.standard_normal((2, n))
+    x, rep = lg.solve_small(A, b, method="eig_truncate", return_report=True)
+    np.testing.assert_array_equal(rep.n_discarded, [n, n])
+    np.testing.assert_array_equal(x, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_auto_truncates_what_it_cannot_solve(rng, dtype):
+    n = 12
+    kept = np.logspace(0, -2, n - 3)
+    A = _with_spectrum(rng, kept, np.array([1e-9, 0.0, -1e-7]), (5,)).astype(dtype)
+    b = rng.standard_normal((5, n)).astype(dtype)
+    x, rep = lg.solve_small(A, b, return_report=True)
+    assert np.all(rep.ok)
+    for i in range(5):
+        assert rep.method[i] != "ldlt"
+        if rep.method[i] == "eig_truncate":
+            assert rep.n_discarded[i] == 3
+            _check_truncated(A, b, x, rep, i, dtype)
+        else:
+            assert rep.residual[i] <= rep.rtol
+
+
+# ---------------------------------------------------------------------------------------------
+# SolverMemory
+
+
+def test_memory_ill_conditioned_key_starts_at_eig(rng):
+    n = 8
+    mem = lg.SolverMemory()
+    assert mem.start_method("2030-01-01") == "ldlt"
+    A = singular_psd(rng, n, (20,), n // 2)
+    b = rng.standard_normal((20, n))
+    _, rep1 = lg.solve_small(A, b, memory=mem, key="2030-01-01", return_report=True)
+    assert rep1.start_method == "ldlt"
+    assert rep1.counts()["eig_truncate"] >= 10
+    assert mem.start_method("2030-01-01") == "eig_truncate"
+    A2 = singular_psd(rng, n, (20,), n // 2)
+    x2, rep2 = lg.solve_small(A2, b, memory=mem, key="2030-01-01", return_report=True)
+    assert rep2.start_method == "eig_truncate"
+    assert np.all(rep2.method == "eig_truncate") and np.all(rep2.ok)
+    assert np.all(rep2.n_discarded >= n // 2)
+    s = mem.summary()["2030-01-01"]
+    assert s["start"] == "eig_truncate" and s["next"] == "eig_truncate"
+    assert s["counts"]["eig_truncate"] == 20
+    # an unrelated key is not affected
+    assert mem.start_method("2031-01-01") == "ldlt"
+
+
+def test_memory_well_conditioned_key_stays_ldlt(rng):
+    n = 10
+    mem = lg.SolverMemory()
+    for _ in range(3):
+        A = spd_with_cond(rng, n, 100.0, (15,))
+        b = rng.standard_normal((15, n))
+        _, rep = lg.solve_small(A, b, memory=mem, key=7, return_report=True)
+        assert rep.start_method == "ldlt" and np.all(rep.method == "ldlt")
+        assert mem.start_method(7) == "ldlt"
+    assert mem.summary()[7]["next"] == "ldlt"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_memory_eig_started_key_returns_to_ldlt(rng, dtype):
+    n = 6
+    mem = lg.SolverMemory()
+    sing = np.stack([singular_diagonal(n, 2)] * 8).astype(dtype)
+    b = rng.standard_normal((8, n)).astype(dtype)
+    lg.solve_small(sing, b, memory=mem, key="k")
+    assert mem.start_method("k") == "eig_truncate"
+    A = spd_with_cond(rng, n, 10.0, (8,), dtype)
+    x, rep = lg.solve_small(A, b, memory=mem, key="k", return_report=True)
+    assert rep.start_method == "eig_truncate"
+    assert np.all(rep.method == "eig_truncate") and np.all(rep.n_discarded == 0)
+    assert np.all(rel_err(x, ref_solve(A, b)) <= C_SOLVE * n * eps(dtype) * cond2(A))
+    assert mem.start_method("k") == "ldlt"
+    _, rep = lg.solve_small(A, b, memory=mem, key="k", return_report=True)
+    assert rep.start_method == "ldlt" and np.all(rep.method == "ldlt")
+
+
+def test_memory_fallback_fraction_starts_at_householder_pcr(rng):
+    n = 7
+    mem = lg.SolverMemory(threshold=0.5)
+    A = np.stack([singular_diagonal(n), indefinite_tridiagonal(rng, n),
+                  spd_with_cond(rng, n, 10.0), spd_with_cond(rng, n, 10.0)])
+    b = rng.standard_normal((4, n))
+    _, rep = lg.solve_small(A, b, memory=mem, key="d", return_report=True)
+    np.testing.assert_array_equal(rep.method, ["eig_truncate", "householder_pcr", "ldlt", "ldlt"])
+    # eig needed by 1/4 < 0.5, some fallback by 2/4 >= 0.5
+    assert mem.start_method("d") == "householder_pcr"
+    _, rep = lg.solve_small(A, b, memory=mem, key="d", return_report=True)
+    assert rep.start_method == "householder_pcr"
+    assert rep.method[2] == "householder_pcr" and rep.method[0] == "eig_truncate"
+
+
+def test_memory_householder_started_key_stays_householder(rng):
+    """Spec: a key whose last batch needed a fallback (householder_pcr or eig) for >= threshold of
+    its systems starts at householder_pcr. Only eig-started systems have an exception (they count
+    as needing eig only when eigenvalues were discarded). Indefinite systems solved by
+    householder_pcr after a householder_pcr start used that fallback, so the key must stay there
+    instead of alternating ldlt / householder_pcr from one batch to the next.
+    """
+    n = 7
+    A = np.stack([indefinite_tridiagonal(rng, n) for _ in range(4)])
+    b = rng.standard_normal((4, n))
+    mem = lg.SolverMemory()
+    starts = []
+    for _ in range(3):
+        _, rep = lg.solve_small(A, b, memory=mem, key="k", return_report=True)
+        assert np.all(rep.method == "householder_pcr")
+        starts.append(rep.start_method)
+    assert starts == ["ldlt", "householder_pcr", "householder_pcr"]
+
+
+@pytest.mark.parametrize("n_singular, expect", [(0, "ldlt"), (1, "ldlt"), (2, "eig_truncate"),
+                                                (3, "eig_truncate")])
+def test_memory_threshold_fraction(rng, n_singular, expect):
+    n = 5
+    mem = lg.SolverMemory(threshold=0.5)
+    A = spd_with_cond(rng, n, 10.0, (4,))
+    A[:n_singular] = singular_diagonal(n)
+    b = rng.standard_normal((4, n))
+    lg.solve_small(A, b, memory=mem, key=("a", 1))
+    assert mem.start_method(("a", 1)) == expect
+    # from an eig start, only systems with discarded eigenvalues count as needing it
+    mem2 = lg.SolverMemory(threshold=0.5)
+    lg.solve_small(np.stack([singular_diagonal(n)] * 4), b, memory=mem2, key=0)
+    assert mem2.start_method(0) == "eig_truncate"
+    _, rep = lg.solve_small(A, b, memory=mem2, key=0, return_report=True)
+    assert rep.start_method == "eig_truncate"
+    np.testing.assert_array_equal(rep.n_discarded > 0, np.arange(4) < n_singular)
+    assert mem2.start_method(0) == expect
+
+
+def test_memory_threshold_parameter(rng):
+    n = 5
+    A = spd_with_cond(rng, n, 10.0, (4,))
+    A[0] = singular_diagonal(n)
+    b = rng.standard_normal((4, n))
+    mem = lg.SolverMemory(threshold=0.25)
+    lg.solve_small(A, b, memory=mem, key=1)
+    assert mem.start_method(1) == "eig_truncate"
+    mem = lg.SolverMemory(threshold=1.0)
+    A[1:] = singular_diagonal(n)[None]
+    A[3] = spd_with_cond(rng, n, 10.0)
+    lg.solve_small(A, b, memory=mem, key=1)
+    assert mem.start_method(1) == "ldlt"
+    assert 1 in mem and 2 not in mem
+
+
+def test_memory_preserves_random_orthogonal_results(rng):
+    """Memory only changes where auto starts: the solutions stay accurate."""
+    n = 9
+    Q = random_orthogonal(rng, n, (6,))
+    A = (Q * np.logspace(0, -3, n)) @ mT(Q)
+    A = (A + mT(A)) / 2
+    b = rng.standard_normal((6, n))
+    mem = lg.SolverMemory()
+    for _ in range(2):
+        x, rep = lg.solve_small(A, b, memory=mem, key="q", return_report=True)
+        assert np.all(rel_err(x, ref_solve(A, b)) <= C_SOLVE * n * eps(np.float64) * cond2(A))
