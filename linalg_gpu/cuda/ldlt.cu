@@ -18,6 +18,175 @@
 
 #include "common.cuh"
 
+// ---------------------------------------------------------------------------------------------
+// N <= 32: warp-synchronous version. 32/N systems per warp when N divides 32 (else one system
+// per warp, idle lanes carry an identity row). Thread i loads row i of A straight into registers
+// (16-byte loads when the row allows), the column of step j is published in a per-system shared
+// buffer and read back as 16-byte broadcasts, and every synchronization is a __syncwarp: no
+// block-wide barrier. The original rows stay in shared memory for the screening and the residual.
+// ---------------------------------------------------------------------------------------------
+template <typename T, int N>
+struct WarpLayout {
+    static constexpr int W = (32 % N == 0) ? N : 32;         // lanes per system
+    static constexpr int SPW = 32 / W;                        // systems per warp
+    static constexpr int S = N | 1;                           // odd row stride
+    static constexpr int COL = (N + 3) / 4 * 4;               // column buffer, 16-byte padded
+    static constexpr int PER = N * S + 3 * COL + 8;           // shared elements per system
+};
+
+template <typename T, int W>
+__device__ __forceinline__ T seg_max(T v)
+{
+#pragma unroll
+    for (int o = W / 2; o > 0; o /= 2) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o, W));
+    return v;
+}
+
+template <typename T, int W>
+__device__ __forceinline__ T seg_sum(T v)
+{
+#pragma unroll
+    for (int o = W / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o, W);
+    return v;
+}
+
+template <typename T, int N>
+__global__ void ldlt_solve_warp(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
+                                T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ok,
+                                T* __restrict__ asym, int* __restrict__ nonfinite,
+                                long long batch, int nrhs)
+{
+    using L = WarpLayout<T, N>;
+    constexpr int W = L::W, S = L::S;
+    extern __shared__ unsigned char smem_raw[];
+    T* smem = reinterpret_cast<T*>(smem_raw);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int seg = lane / W, i = lane % W;
+    const int slot = warp * L::SPW + seg;
+    const long long sys = (long long)blockIdx.x * (blockDim.x / 32) * L::SPW + slot;
+    const bool valid = sys < batch;
+    const bool row = valid && i < N;                  // this lane owns a row
+    T* sA = smem + (size_t)slot * L::PER;             // original rows (padded)
+    T* col = sA + N * S;                              // published column
+    T* sx = col + L::COL;                             // solution
+    T* sb = sx + L::COL;                              // right-hand side
+
+    T a[N];
+    if (row) {
+        const T* Ai = A + ((size_t)sys * N + i) * N;
+        if constexpr ((N * sizeof(T)) % 16 == 0) {
+            constexpr int V = 16 / sizeof(T);
+#pragma unroll
+            for (int k = 0; k < N; k += V) {
+                if constexpr (sizeof(T) == 4) {
+                    float4 v = *reinterpret_cast<const float4*>(Ai + k);
+                    a[k] = v.x; a[k + 1] = v.y; a[k + 2] = v.z; a[k + 3] = v.w;
+                } else {
+                    double2 v = *reinterpret_cast<const double2*>(Ai + k);
+                    a[k] = v.x; a[k + 1] = v.y;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < N; ++k) a[k] = Ai[k];
+        }
+#pragma unroll
+        for (int k = 0; k < N; ++k) sA[i * S + k] = a[k];
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) a[k] = T(0);
+    }
+    __syncwarp();
+    // screening: NaN/Inf, max|A|, max|A_ik - A_ki|, scale = max|A_ii|
+    T amax = 0, dasym = 0, diag = 0;
+    bool fin = true;
+    if (row) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            fin = fin && isfinite(a[k]);
+            amax = fmax(amax, fabs(a[k]));
+            dasym = fmax(dasym, fabs(a[k] - sA[k * S + i]));
+        }
+        diag = fabs(sA[i * S + i]);
+        for (int r = 0; r < nrhs; ++r) fin = fin && isfinite(b[((size_t)sys * N + i) * nrhs + r]);
+    }
+    amax = seg_max<T, W>(fin ? amax : T(INFINITY));
+    dasym = seg_max<T, W>(dasym);
+    const T scale = seg_max<T, W>(diag);
+    if (valid && i == 0) {
+        nonfinite[sys] = isfinite(amax) ? 0 : 1;
+        asym[sys] = amax > T(0) ? dasym / amax : T(0);
+    }
+    // lower triangle only from here: a[k] for k <= i is row i of L D L^T's working matrix
+    const T tol = T(N) * eps<T>() * scale;
+    const T safe = scale > T(0) ? scale : T(1);
+    bool good = true;
+    T dmax = 0, dmin = 0, di = 1;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        if (row) col[i] = a[j];                       // a_ij (i >= j meaningful)
+        __syncwarp();
+        T d = col[j];
+        if (!(d > tol)) { good = false; d = safe; }   // breakdown (NaN included)
+        dmax = j == 0 ? d : fmax(dmax, d);
+        dmin = j == 0 ? d : fmin(dmin, d);
+        if (i == j) di = d;
+        const T l = a[j] / d;
+#pragma unroll
+        for (int k = j + 1; k < N; ++k)
+            if (k <= i) a[k] -= l * col[k];
+        if (i > j) a[j] = l;
+        __syncwarp();
+    }
+    T res_max = 0;
+    for (int r = 0; r < nrhs; ++r) {
+        T bi = row ? b[((size_t)sys * N + i) * nrhs + r] : T(0);
+        // L z = b: z_j broadcast at step j
+        T z = bi;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            T zj = __shfl_sync(0xffffffffu, z, seg * W + j);
+            if (i > j) z -= a[j] * zj;
+        }
+        z /= di;                                      // D y = z
+        // L^T x = y: x_j = y_j - sum_{k>j} L_kj x_k (segment reduction, j descending)
+        T xi = z;
+#pragma unroll
+        for (int j = N - 2; j >= 0; --j) {
+            T part = (i > j && i < N) ? a[j] * xi : T(0);
+            T sum = seg_sum<T, W>(part);
+            if (i == j) xi -= sum;
+        }
+        if (row) { sx[i] = xi; sb[i] = bi; }
+        __syncwarp();
+        T ri = 0, rs = 0;
+        if (row) {
+            ri = -bi;
+            for (int k = 0; k < N; ++k) {
+                T aik = (k <= i) ? sA[i * S + k] : sA[k * S + i];
+                ri += aik * sx[k];
+                rs += fabs(aik);
+            }
+        }
+        T rn = seg_max<T, W>(fabs(ri)), an = seg_max<T, W>(rs);
+        T xn = seg_max<T, W>(row ? fabs(xi) : T(0)), bn = seg_max<T, W>(fabs(bi));
+        T rel = rn == T(0) ? T(0) : rn / (an * xn + bn);
+        res_max = fmax(res_max, isfinite(rel) ? rel : T(INFINITY));
+        if (row) x[((size_t)sys * N + i) * nrhs + r] = xi;
+        __syncwarp();
+    }
+    if (valid && i == 0) {
+        ok[sys] = good ? 1 : 0;
+        cond[sys] = good ? dmax / dmin : T(INFINITY);
+        resid[sys] = res_max;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// N > 32: one system per N threads of a block, block-wide barriers (the paper's collaborative
+// version with n* = n).
+// ---------------------------------------------------------------------------------------------
+
 template <typename T, int N>
 __global__ void ldlt_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
                            T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ok,

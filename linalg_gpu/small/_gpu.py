@@ -75,17 +75,37 @@ def _outputs(b):
 
 
 def ldlt_stage(A, b, screen=False):
-    """LDL^T factor + solve + residual (+ input screening) in one pass over A: cuda/ldlt.cu."""
+    """LDL^T factor + solve + residual (+ input screening) in one pass over A: cuda/ldlt.cu.
+
+    n <= 32: ``ldlt_solve_warp`` (warp-synchronous, 32/n systems per warp when n divides 32);
+    n > 32: ``ldlt_solve`` (n threads per system, block-wide barriers).
+    """
     import cupy as cp
 
     B, n, r = b.shape
     x, cond, resid = _outputs(b)
     asym = cp.empty(B, dtype=A.dtype)
     ok, nonfinite = cp.empty(B, dtype=np.int32), cp.empty(B, dtype=np.int32)
-    fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n)
-    per = (n * (n | 1) + 4 * n) * A.dtype.itemsize
-    _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B),
-                                        np.int32(r), np.int32(spb)))
+    it = A.dtype.itemsize
+    if n <= 32:
+        lanes = n if 32 % n == 0 else 32
+        spw, col = 32 // lanes, (n + 3) // 4 * 4
+        per = (n * (n | 1) + 3 * col + 8) * it
+        warps = 4
+        spb = warps * spw
+        fn = get_function("ldlt.cu", "ldlt_solve_warp", A.dtype, n)
+        shmem = spb * per
+        if shmem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = shmem
+        grid = (B + spb - 1) // spb
+        if grid:
+            fn((grid,), (32 * warps,), (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)),
+               shared_mem=shmem)
+    else:
+        fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n)
+        per = (n * (n | 1) + 4 * n) * it
+        _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B),
+                                            np.int32(r), np.int32(spb)))
     out = (x, cond, cp.zeros(B, dtype=np.int32), ok.astype(bool), resid)
     return out + ((nonfinite.astype(bool), asym) if screen else ())
 
