@@ -161,7 +161,10 @@ def eigh_small(A):
 
 
 def run_stage(stage, A, b, screen, cond_max):
-    """The stage named ``stage`` of the robust strategy on the GPU (see the module docstring)."""
+    """The stage named ``stage`` of the robust strategy on the GPU (see the module docstring).
+
+    Only a first stage screens its input; an LDL^T first stage does it inside its kernel.
+    """
     if stage == "ldlt":
         return ldlt_stage(A, b, screen)
     if stage == "householder_pcr":

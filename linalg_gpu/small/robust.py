@@ -301,35 +301,25 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     start = method if method != "auto" else (memory.start_method(key) if memory is not None else "ldlt")
     stages = STAGES[STAGES.index(start):] if method == "auto" else (method,)
 
-    x = xp.full_like(bf, np.nan)                                      # (B, n, r)
-    code = xp.full(B, 3, dtype=np.int8)
-    residual = xp.full(B, np.nan, dtype=dt)
-    cond = xp.full(B, np.nan, dtype=dt)
-    n_disc = xp.zeros(B, dtype=np.int32)
-    breakdown = xp.zeros(B, dtype=bool)
-    ok = xp.zeros(B, dtype=bool)
-    todo = xp.arange(B)
-    for i, stage in enumerate(stages):
+    # The first stage runs on the whole batch and its outputs become the results; later stages
+    # run on the systems that failed (gathered, i.e. compacted on the device) and are scattered back.
+    x, cond, n_disc, ok, residual, nonfinite, asym = _stage(xp, stages[0], cond_max)(
+        Af, bf, n, assume_symmetric, True)
+    if check_finite and bool(nonfinite.any()):
+        C.check_finite_batch([A, b], batch, ["A", "b"])                # raises, naming the first system
+    if not assume_symmetric and bool((~nonfinite & (asym > C.SYMMETRY_RTOL * np.finfo(dt).eps)).any()):
+        C.check_symmetric(A)                                           # raises, naming the first system
+    ok &= ~nonfinite
+    code = xp.full(B, STAGES.index(stages[0]), dtype=np.int8)
+    breakdown = (~ok & ~nonfinite) if stages[0] == "ldlt" else xp.zeros(B, dtype=bool)
+    if not bool(ok.all()):
+        x[~ok] = np.nan
+    todo = xp.flatnonzero(~nonfinite & ~(ok & (residual <= rtol))) if len(stages) > 1 else xp.arange(0)
+    for i, stage in enumerate(stages[1:], start=1):
         if todo.size == 0:
             break
-        first = i == 0
-        sub = (Af, bf) if first else (Af[todo], bf[todo])             # compacted: failing systems only
-        xs, cs, nds, oks, rs, *flags = _stage(xp, stage, cond_max)(*sub, n, assume_symmetric, first)
-        if first:
-            nonfinite, asym = flags
-            if check_finite and nonfinite.any():
-                C.check_finite_batch([A, b], batch, ["A", "b"])       # raises, naming the first system
-            if not assume_symmetric:
-                bad = ~nonfinite & (asym > C.SYMMETRY_RTOL * np.finfo(dt).eps)
-                if bad.any():
-                    C.check_symmetric(A)                              # raises, naming the first system
-            oks &= ~nonfinite
-        if stage == "ldlt":
-            breakdown[todo] = ~oks
-        final = i == len(stages) - 1
-        accept = xp.ones(todo.size, dtype=bool) if final else oks & (rs <= rtol)
-        if first:
-            accept |= nonfinite                                        # nothing to repair there
+        xs, cs, nds, oks, rs = _stage(xp, stage, cond_max)(Af[todo], bf[todo], n, assume_symmetric, False)
+        accept = xp.ones(todo.size, dtype=bool) if i == len(stages) - 1 else oks & (rs <= rtol)
         sel = todo[accept]
         x[sel] = xp.where(oks[accept, None, None], xs[accept], np.nan)
         code[sel] = STAGES.index(stage)
