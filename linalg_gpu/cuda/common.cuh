@@ -12,3 +12,18 @@ template <> __device__ __forceinline__ double eps<double>() { return 2.220446049
 #ifndef NAN
 #define NAN __int_as_float(0x7fffffff)
 #endif
+
+// The threads of one system: W lanes. For N <= 32 a system lives inside one warp (N lanes when N
+// divides 32, else a whole warp with idle lanes) and synchronizes with __syncwarp; for N > 32 it
+// is N threads of a block and synchronizes with __syncthreads.
+template <int N>
+struct Group {
+    static constexpr bool WARP = N <= 32;
+    static constexpr int W = WARP ? ((32 % N == 0) ? N : 32) : N;
+};
+
+template <int N>
+__device__ __forceinline__ void gsync()
+{
+    if constexpr (Group<N>::WARP) __syncwarp(); else __syncthreads();
+}

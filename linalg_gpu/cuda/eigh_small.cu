@@ -51,7 +51,7 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
             for (int k = 0; k < r; ++k) M[k * S + c] -= u[k] * s;
         }
     }
-    __syncthreads();
+    gsync<N>();
 }
 
 template <typename T, int N>
@@ -61,15 +61,16 @@ __global__ void eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __rest
     constexpr int S = EigLayout<T, N>::S;
     extern __shared__ unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
-    const int local = threadIdx.x / N, i = threadIdx.x % N;
+    constexpr int G = Group<N>::W;                             // lanes per system
+    const int local = threadIdx.x / G, i = threadIdx.x % G;
     const long long sys0 = (long long)blockIdx.x * spb;
     const int nsys = (int)min((long long)spb, batch - sys0);
-    const bool active = local < nsys;
+    const bool active = local < nsys && i < N;
     T *W, *d, *e, *beta, *tmp, *y;
     int* ib;
     DCScratch<T> sc;
     eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
-    __syncthreads();
+    __syncthreads();                                              // block-wide staging
     tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
     apply_q_columns<T, N, S>(W, beta, sc.Q, i, active);
@@ -89,15 +90,16 @@ __global__ void eig_truncate_solve(const T* __restrict__ A, const T* __restrict_
     constexpr int S = EigLayout<T, N>::S;
     extern __shared__ unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
-    const int local = threadIdx.x / N, i = threadIdx.x % N;
+    constexpr int G = Group<N>::W;                             // lanes per system
+    const int local = threadIdx.x / G, i = threadIdx.x % G;
     const long long sys0 = (long long)blockIdx.x * spb;
     const int nsys = (int)min((long long)spb, batch - sys0);
-    const bool active = local < nsys;
+    const bool active = local < nsys && i < N;
     T *W, *d, *e, *beta, *tmp, *y;
     int* ib;
     DCScratch<T> sc;
     eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
-    __syncthreads();
+    __syncthreads();                                              // block-wide staging
     tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
     const T* O = sc.Q;
@@ -111,21 +113,21 @@ __global__ void eig_truncate_solve(const T* __restrict__ A, const T* __restrict_
     T res_max = 0;
     for (int r = 0; r < nrhs; ++r) {
         if (active) y[i] = b[((sys0 + local) * N + i) * nrhs + r];
-        __syncthreads();
+        gsync<N>();
         apply_q<T, N, S>(W, beta, y, tmp, true, i, active);     // Q^T b
         T c = 0;
         if (active) {                                           // (O^T y)_i / lambda_i, kept only
             for (int k = 0; k < N; ++k) c += O[k * S + i] * y[k];
             c = keep ? c / sc.lam[i] : T(0);
         }
-        __syncthreads();
+        gsync<N>();
         if (active) sc.z[i] = c;
-        __syncthreads();
+        gsync<N>();
         T yi = 0;
         if (active) for (int k = 0; k < N; ++k) yi += O[i * S + k] * sc.z[k];
-        __syncthreads();
+        gsync<N>();
         if (active) y[i] = yi;
-        __syncthreads();
+        gsync<N>();
         apply_q<T, N, S>(W, beta, y, tmp, false, i, active);    // x = Q O D_k^-1 O^T Q^T b
         if (active) {
             T bi = b[((sys0 + local) * N + i) * nrhs + r];
@@ -140,7 +142,7 @@ __global__ void eig_truncate_solve(const T* __restrict__ A, const T* __restrict_
             sc.Z[i] = fabs(bi);
             x[((sys0 + local) * N + i) * nrhs + r] = y[i];
         }
-        __syncthreads();
+        gsync<N>();
         if (active && i == 0) {
             T rn = 0, an = 0, xn = 0, bn = 0;
             for (int k = 0; k < N; ++k) {
@@ -149,7 +151,7 @@ __global__ void eig_truncate_solve(const T* __restrict__ A, const T* __restrict_
             T rel = rn == T(0) ? T(0) : rn / (an * xn + bn);
             res_max = fmax(res_max, isfinite(rel) ? rel : T(INFINITY));
         }
-        __syncthreads();
+        gsync<N>();
     }
     if (active && i == 0) {
         long long s = sys0 + local;

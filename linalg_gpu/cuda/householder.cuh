@@ -5,14 +5,27 @@
 
 #include "common.cuh"
 
-// Sum of v[0..m) by thread 0 of the system, published in *out (callers synchronize).
-template <typename T>
-__device__ __forceinline__ void group_sum(const T* v, int m, T* out, int i)
+// Sum over the lanes of one system, returned to every lane: shuffles inside a warp, else through
+// scratch[0..N] in shared memory. Every thread of the block must call it (it synchronizes).
+template <typename T, int N>
+__device__ __forceinline__ T group_sum(T v, T* scratch, int i)
 {
-    if (i == 0) {
-        T s = 0;
-        for (int k = 0; k < m; ++k) s += v[k];
-        *out = s;
+    if constexpr (Group<N>::WARP) {
+#pragma unroll
+        for (int o = Group<N>::W / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o, Group<N>::W);
+        return v;
+    } else {
+        if (i < N) scratch[i] = v;
+        __syncthreads();
+        if (i == 0) {
+            T s = 0;
+            for (int k = 0; k < N; ++k) s += scratch[k];
+            scratch[N] = s;
+        }
+        __syncthreads();
+        T r = scratch[N];
+        __syncthreads();
+        return r;
     }
 }
 
@@ -30,7 +43,7 @@ __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool ac
         for (int k = 0; k < N; ++k) m = fmax(m, fabs(W[i * S + k]));
         p[i] = m;
     }
-    __syncthreads();
+    gsync<N>();
     if (active && i == 0) {
         T m = 0;
         for (int k = 0; k < N; ++k) m = fmax(m, p[k]);
@@ -38,77 +51,68 @@ __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool ac
         frexp((m > T(0) && isfinite(m)) ? m : T(1), &ex);
         sc[2] = ldexp(T(1), ex);                 // a power of 2: the scaling is exact
     }
-    __syncthreads();
+    gsync<N>();
     const T scale = sc[2];
     if (active) for (int k = 0; k < N; ++k) W[i * S + k] /= scale;
-    __syncthreads();
+    gsync<N>();
     for (int r = N - 1; r >= 2; --r) {
         // x = W[r][0..r): squares below the subdiagonal
-        if (active && i < r - 1) p[i] = W[r * S + i] * W[r * S + i];
-        __syncthreads();
-        if (active) group_sum(p, r - 1, &sc[0], i);
-        __syncthreads();
-        T head2 = sc[0];
-        T xl = W[r * S + r - 1];
-        T sigma = sqrt(head2 + xl * xl);
-        T alpha = xl >= T(0) ? -sigma : sigma;
-        bool act = head2 > T(0);
-        T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
-        // u lives in row r: u_k = x_k (k < r-1), u_{r-1} = x_{r-1} - alpha
-        __syncthreads();
+        T xi = (active && i < r - 1) ? W[r * S + i] : T(0);
+        const T head2 = group_sum<T, N>(xi * xi, p, i);
+        const T xl = W[r * S + r - 1];
+        const T sigma = sqrt(head2 + xl * xl);
+        const T alpha = xl >= T(0) ? -sigma : sigma;
+        const bool act = head2 > T(0);
+        const T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
+        gsync<N>();
+        // u lives in row r: u_k = x_k (k < r-1), u_{r-1} = x_{r-1} - alpha (eq. 11)
         if (active && i == 0) {
             W[r * S + r - 1] = act ? xl - alpha : T(0);
             beta[r] = inv_b;
             e[r - 1] = act ? alpha : xl;
         }
         if (active && !act && i < r - 1) W[r * S + i] = T(0);
-        __syncthreads();
-        // Every barrier below is reached by all threads of the block (systems differ in act).
+        gsync<N>();
+        // Every lane reaches every synchronization below (systems differ in act).
         const T* u = W + r * S;
-        T pi = 0;
+        T pi = 0, ui = 0;
         if (act && active && i < r) {                    // p = W u / b   (eq. 12)
             for (int m = 0; m < r; ++m) pi += W[i * S + m] * u[m];
             pi *= inv_b;
-            p[i] = pi * u[i];
+            ui = u[i];
         }
-        __syncthreads();
-        if (active) group_sum(p, r, &sc[1], i);
-        __syncthreads();
-        T Bi = sc[1] * inv_b / T(2);                     // B = u.p / (2b)
-        __syncthreads();
-        if (act && active && i < r) p[i] = pi - Bi * u[i];   // q = p - B u
-        __syncthreads();
+        const T Bi = group_sum<T, N>(pi * ui, p, i) * inv_b / T(2);   // B = u.p / (2b)
+        const T qi = pi - Bi * ui;                       // q = p - B u
+        if (active && i < r) p[i] = qi;
+        gsync<N>();
         if (act && active && i < r) {                    // W -= q u^T + u q^T   (eq. 13), row i
-            T qi = p[i], ui = u[i];
             for (int m = 0; m < r; ++m) W[i * S + m] -= qi * u[m] + ui * p[m];
         }
-        __syncthreads();
+        gsync<N>();
     }
     if (active && i == 0) {
         beta[0] = 0;
         if (N > 1) beta[1] = 0;
         if (N > 1) e[0] = W[1 * S + 0];
     }
-    __syncthreads();
+    gsync<N>();
     if (active) {
         d[i] = W[i * S + i] * scale;
         if (i + 1 < N) e[i] *= scale;
     }
-    __syncthreads();
+    gsync<N>();
 }
 
 // y <- Q^T y (transpose) or Q y, Q = H_{N-1} ... H_2, u_r in row r of W (columns < r).
+// Lane i only ever touches y[i]; the lanes meet in the reductions.
 template <typename T, int N, int S>
 __device__ void apply_q(const T* W, const T* beta, T* y, T* tmp, bool transpose, int i, bool active)
 {
     for (int t = 2; t < N; ++t) {
-        int r = transpose ? N + 1 - t : t;               // Q^T: r = N-1 .. 2; Q: r = 2 .. N-1
-        if (active && i < r) tmp[i] = W[r * S + i] * y[i];   // beta_r = 0: H_r = I, s = 0
-        __syncthreads();
-        if (active) group_sum(tmp, r, &tmp[N], i);
-        __syncthreads();
-        T s = tmp[N] * beta[r];
-        if (active && i < r) y[i] -= W[r * S + i] * s;
-        __syncthreads();
+        const int r = transpose ? N + 1 - t : t;         // Q^T: r = N-1 .. 2; Q: r = 2 .. N-1
+        const T ur = (active && i < r) ? W[r * S + i] : T(0);
+        const T s = group_sum<T, N>(active ? ur * y[i] : T(0), tmp, i) * beta[r];
+        if (active && i < r) y[i] -= ur * s;             // beta_r = 0: H_r = I
     }
+    gsync<N>();
 }

@@ -18,7 +18,7 @@ __device__ void pcr_solve(const T* d0, const T* e0, T* v, T* sd, T* sc, T* sv2, 
         sc[i] = (i < N - 1) ? e0[i] : T(0);
         spos[i] = i;
     }
-    __syncthreads();
+    gsync<N>();
     for (int st = 0; st < nsteps; ++st) {
         const int* perm = sched + st * 2 * N;
         const int* link = perm + N;
@@ -34,9 +34,9 @@ __device__ void pcr_solve(const T* d0, const T* e0, T* v, T* sd, T* sc, T* sv2, 
             c2 = (i < N - 2) ? -ga * sc[i + 1] : T(0);           // coupling p <-> p+2
             pos = spos[i];
         }
-        __syncthreads();
+        gsync<N>();
         if (active) { sd[i] = dn; v[i] = vn; spos[i] = pos; sv2[i] = c2; }   // publish the step
-        __syncthreads();
+        gsync<N>();
         T dq = 0, vq = 0, cq = 0;
         int pq = 0;
         if (active) {
@@ -44,16 +44,16 @@ __device__ void pcr_solve(const T* d0, const T* e0, T* v, T* sd, T* sc, T* sv2, 
             dq = sd[from]; vq = v[from]; pq = spos[from];
             cq = link[i] ? sv2[from] : T(0);
         }
-        __syncthreads();
+        gsync<N>();
         if (active) { sd[i] = dq; v[i] = vq; spos[i] = pq; sc[i] = cq; }
-        __syncthreads();
+        gsync<N>();
     }
     T z = 0;
     int pos = 0;
     if (active) { z = v[i] / sd[i]; pos = spos[i]; piv_out[pos] = sd[i]; }
-    __syncthreads();
+    gsync<N>();
     if (active) v[pos] = z;                                     // back to the original order
-    __syncthreads();
+    gsync<N>();
 }
 
 template <typename T, int N>
@@ -66,10 +66,11 @@ __global__ void householder_pcr_solve(const T* __restrict__ A, const T* __restri
     constexpr int PER = N * S + 12 * N;                         // shared elements per system
     extern __shared__ unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
-    const int local = threadIdx.x / N, i = threadIdx.x % N;
+    constexpr int G = Group<N>::W;                             // lanes per system
+    const int local = threadIdx.x / G, i = threadIdx.x % G;
     const long long sys0 = (long long)blockIdx.x * spb;
     const int nsys = (int)min((long long)spb, batch - sys0);
-    const bool active = local < nsys;
+    const bool active = local < nsys && i < N;
     T* W = smem + (size_t)local * PER;
     T* d = W + N * S;  T* e = d + N;  T* beta = e + N;  T* tmp = beta + N;   // tmp: 2N
     T* y = tmp + 2 * N;  T* sd = y + N;  T* sc = sd + N;  T* sv2 = sc + N;  T* piv = sv2 + N;
@@ -85,7 +86,7 @@ __global__ void householder_pcr_solve(const T* __restrict__ A, const T* __restri
             smem[(size_t)s * PER + c * S + r] = v;
         }
     }
-    __syncthreads();
+    __syncthreads();                                              // block-wide staging
     tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
 
     const T* As = A + (sys0 + local) * N * N;
@@ -93,7 +94,7 @@ __global__ void householder_pcr_solve(const T* __restrict__ A, const T* __restri
     bool good = true;
     for (int r = 0; r < nrhs; ++r) {
         if (active) y[i] = b[((sys0 + local) * N + i) * nrhs + r];
-        __syncthreads();
+        gsync<N>();
         apply_q<T, N, S>(W, beta, y, tmp, true, i, active);             // Q^T b
         pcr_solve<T, N, S>(d, e, y, sd, sc, sv2, spos, sched, nsteps, piv, i, active);
         apply_q<T, N, S>(W, beta, y, tmp, false, i, active);            // x = Q z
@@ -111,7 +112,7 @@ __global__ void householder_pcr_solve(const T* __restrict__ A, const T* __restri
             sv2[i] = fabs(bi);
             x[((sys0 + local) * N + i) * nrhs + r] = y[i];
         }
-        __syncthreads();
+        gsync<N>();
         if (active && i == 0) {
             T rn = 0, an = 0, xn = 0, bn = 0, pmax = 0, pmin = INFINITY;
             bool fin = true;
@@ -125,7 +126,7 @@ __global__ void householder_pcr_solve(const T* __restrict__ A, const T* __restri
             res_max = fmax(res_max, rel);
             cmax = fmax(cmax, pmax / pmin);
         }
-        __syncthreads();
+        gsync<N>();
     }
     if (active && i == 0) {
         long long s = sys0 + local;

@@ -31,7 +31,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         for (int k = 0; k + 1 < N; ++k) m = fmax(m, fabs(e[k]));
         s.sc[0] = m > T(0) ? m : T(1);
     }
-    __syncthreads();
+    gsync<N>();
     const T scale = s.sc[0];
     const int nleaves = tree[0];
     const int* leaves = tree + 1;
@@ -41,7 +41,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         s.dt[i] = d[i] / scale;
         for (int k = 0; k < N; ++k) Q[i * S + k] = T(0);
     }
-    __syncthreads();
+    gsync<N>();
     if (active && i == 0) {                                   // tears (eq. 15)
         for (int g = 0; g < nmerges; ++g) {
             int st = merges[3 * g], n1 = merges[3 * g + 1];
@@ -50,7 +50,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             s.dt[st + n1] -= rho;
         }
     }
-    __syncthreads();
+    gsync<N>();
     if (active && i < nleaves) {                              // leaves
         int st = leaves[2 * i], sz = leaves[2 * i + 1];
         if (sz == 1) {
@@ -73,7 +73,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             Q[st * S + st + 1] = sw ? cs : sn;    Q[(st + 1) * S + st + 1] = sw ? -sn : cs;
         }
     }
-    __syncthreads();
+    gsync<N>();
     for (int g = 0; g < nmerges; ++g) {
         const int st = merges[3 * g], n1 = merges[3 * g + 1], n2 = merges[3 * g + 2];
         const int m = n1 + n2;
@@ -84,7 +84,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             s.dd[i] = s.lam[st + i];
             s.z[i] = i < n1 ? Q[(st + n1 - 1) * S + st + i] : sgn * Q[(st + n1) * S + st + i];
         }
-        __syncthreads();
+        gsync<N>();
         // b. sort by rank: perm[rank] = original index (columns st + perm[r] of Q)
         if (active && i < m) {
             T di = s.dd[i];
@@ -92,9 +92,9 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             for (int k = 0; k < m; ++k) rank += (s.dd[k] < di) || (s.dd[k] == di && k < i);
             s.perm[rank] = i;
         }
-        __syncthreads();
+        gsync<N>();
         if (active && i < m) { s.P[i] = s.dd[s.perm[i]]; s.Z[i] = s.z[s.perm[i]]; }
-        __syncthreads();
+        gsync<N>();
         // c-e. normalization, deflation (sequential, thread 0), compression
         if (active && i == 0) {
             T zn2 = 0, amax = 0;
@@ -130,15 +130,15 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             s.sc[1] = r > T(0) ? r : T(1);
             s.sc[2] = (T)K;
         }
-        __syncthreads();
+        gsync<N>();
         const T r = s.sc[1];
         const int K = (int)s.sc[2];
         // compact undeflated poles and weights into dd / z (ascending)
         T pi_ = 0, zi_ = 0;
         if (active && i < K) { pi_ = s.P[s.idx[i]]; zi_ = s.Z[s.idx[i]]; }
-        __syncthreads();
+        gsync<N>();
         if (active && i < K) { s.dd[i] = pi_; s.z[i] = zi_; }
-        __syncthreads();
+        gsync<N>();
         // f. secular equation: thread j finds root j (Gragg's scheme, safeguarded)
         if (active && i < K) {
             const int j = i;
@@ -198,7 +198,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             s.O[j] = o;
             s.TAU[j] = tau;
         }
-        __syncthreads();
+        gsync<N>();
         // g. Gu-Eisenstat u~ (Loewner): thread i, into dt[i] (the torn diagonal is no longer used)
         if (active && i < K) {
             const T* p = s.dd;
@@ -208,7 +208,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             T zt = sqrt(fmax(-wprod, T(0)));
             s.dt[i] = s.z[i] >= T(0) ? zt : -zt;
         }
-        __syncthreads();
+        gsync<N>();
         // h. V[:, j] = u~ / (p - lam_j), normalized (eq. 17); thread j writes column j
         if (active && i < K) {
             const T* p = s.dd;
@@ -223,7 +223,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         }
         // new eigenvalues in merge order (K secular roots, then deflated poles), then their ranks
         if (active && i < m) s.Z[i] = i < K ? s.O[i] + s.TAU[i] : s.P[s.idx[i]];
-        __syncthreads();
+        gsync<N>();
         if (active && i < m) {
             T li = s.Z[i];
             int rank = 0;
@@ -231,7 +231,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             s.defl[i] = rank;                                   // reuse: final column of merge column i
             s.lam[st + rank] = li;
         }
-        __syncthreads();
+        gsync<N>();
         // i. rows st..st+m-1: new row t = old row t (columns perm-ordered) times [V | I]
         if (active && i < m) {
             const int row = st + i;
@@ -244,8 +244,8 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
                 Q[row * S + st + s.defl[c]] = v;
             }
         }
-        __syncthreads();
+        gsync<N>();
     }
     if (active) s.lam[i] *= scale;
-    __syncthreads();
+    gsync<N>();
 }

@@ -27,17 +27,28 @@ def _max_shared(device_id):
     return int(cp.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"])
 
 
+def _lanes(n):
+    """Threads per system, as Group<N>::W in cuda/common.cuh: a warp holds 32 // lanes systems."""
+    return (n if 32 % n == 0 else 32) if n <= 32 else n
+
+
 def _launch(fn, B, n, per_system_bytes, args_fn):
-    """Pick systems per block from the shared-memory need, launch, return nothing."""
+    """Pick systems per block (whole warps for n <= 32, within the shared-memory limit) and launch."""
     import cupy as cp
 
-    spb = max(1, min(THREADS // n, _max_shared(cp.cuda.Device().id) // per_system_bytes))
+    lanes = _lanes(n)
+    by_shmem = max(1, _max_shared(cp.cuda.Device().id) // per_system_bytes)
+    if n <= 32:
+        per_warp = 32 // lanes
+        spb = max(per_warp, min(THREADS // lanes, by_shmem) // per_warp * per_warp)
+    else:
+        spb = max(1, min(THREADS // n, by_shmem))
     shmem = spb * per_system_bytes
     if shmem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = shmem
     grid = (B + spb - 1) // spb
     if grid:
-        fn((grid,), (spb * n,), args_fn(spb), shared_mem=shmem)
+        fn((grid,), (spb * lanes,), args_fn(spb), shared_mem=shmem)
 
 
 @lru_cache(maxsize=None)
