@@ -19,15 +19,7 @@ __device__ void eig_setup(const T* A, long long sys0, int nsys, int spb, T* smem
                           T*& W, T*& d, T*& e, T*& beta, T*& tmp, T*& y, DCScratch<T>& sc, int local)
 {
     constexpr int S = EigLayout<T, N>::S, PER = EigLayout<T, N>::PER;
-    const T* Ablk = A + sys0 * N * N;
-    for (int t = threadIdx.x; t < nsys * N * N; t += blockDim.x) {     // lower triangle, symmetrized
-        int s = t / (N * N), r = (t / N) % N, c = t % N;
-        if (c <= r) {
-            T v = Ablk[t];
-            smem[(size_t)s * PER + r * S + c] = v;
-            smem[(size_t)s * PER + c * S + r] = v;
-        }
-    }
+    stage_matrices<T, N, S, PER>(A + sys0 * N * N, smem, nsys);
     W = smem + (size_t)local * PER;
     sc.Q = W + N * S;  sc.V = sc.Q + N * S;
     T* v = sc.V + N * S;
@@ -56,6 +48,7 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
 
 template <typename T, int N>
 __global__ void eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs,
+                           int* __restrict__ nonfinite, T* __restrict__ asym,
                            const int* __restrict__ tree, int* __restrict__ hitcap, long long batch, int spb)
 {
     constexpr int S = EigLayout<T, N>::S;
@@ -70,7 +63,8 @@ __global__ void eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __rest
     int* ib;
     DCScratch<T> sc;
     eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
-    __syncthreads();                                              // block-wide staging
+    T none[1] = {T(0)};
+    screen_and_symmetrize<T, N, S>(W, none, 0, tmp, i, active, nonfinite + sys0 + local, asym + sys0 + local);
     tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
     apply_q_columns<T, N, S>(W, beta, sc.Q, i, active);
@@ -84,6 +78,7 @@ __global__ void eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __rest
 template <typename T, int N>
 __global__ void eig_truncate_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
                                    T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ndisc,
+                                   int* __restrict__ nonfinite, T* __restrict__ asym,
                                    const int* __restrict__ tree, int* __restrict__ hitcap, T cond_max,
                                    long long batch, int nrhs, int spb)
 {
@@ -99,7 +94,10 @@ __global__ void eig_truncate_solve(const T* __restrict__ A, const T* __restrict_
     int* ib;
     DCScratch<T> sc;
     eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
-    __syncthreads();                                              // block-wide staging
+    T none[1] = {T(0)};
+    const T* bi = active ? b + ((sys0 + local) * N + i) * nrhs : none;
+    screen_and_symmetrize<T, N, S>(W, bi, active ? nrhs : 1, tmp, i, active, nonfinite + sys0 + local,
+                                   asym + sys0 + local);
     tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
     const T* O = sc.Q;

@@ -29,6 +29,69 @@ __device__ __forceinline__ T group_sum(T v, T* scratch, int i)
     }
 }
 
+// Maximum over the lanes of one system, returned to every lane (as group_sum).
+template <typename T, int N>
+__device__ __forceinline__ T group_max(T v, T* scratch, int i)
+{
+    if constexpr (Group<N>::WARP) {
+#pragma unroll
+        for (int o = Group<N>::W / 2; o > 0; o /= 2) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o, Group<N>::W));
+        return v;
+    } else {
+        if (i < N) scratch[i] = v;
+        __syncthreads();
+        if (i == 0) {
+            T s = scratch[0];
+            for (int k = 1; k < N; ++k) s = fmax(s, scratch[k]);
+            scratch[N] = s;
+        }
+        __syncthreads();
+        T r = scratch[N];
+        __syncthreads();
+        return r;
+    }
+}
+
+// Block-wide: copy the block's nsys matrices, as given, into padded shared storage (PER apart).
+template <typename T, int N, int S, int PER>
+__device__ void stage_matrices(const T* Ablk, T* smem, int nsys)
+{
+    for (int t = threadIdx.x; t < nsys * N * N; t += blockDim.x) {
+        int s = t / (N * N), r = (t / N) % N, c = t % N;
+        smem[(size_t)s * PER + r * S + c] = Ablk[t];
+    }
+    __syncthreads();
+}
+
+// Per system: the input screening of solve_small (NaN/Inf in A or in the right-hand sides bi
+// of this lane, max |A_ik - A_ki| / max |A|), then W made symmetric from its lower triangle.
+// Lane 0 writes the flags. Every thread of the block calls this.
+template <typename T, int N, int S>
+__device__ void screen_and_symmetrize(T* W, const T* bi, int nrhs, T* scratch, int i, bool active,
+                                      int* nonfinite, T* asym)
+{
+    T amax = 0, dasym = 0, bad = 0;
+    if (active) {
+        for (int k = 0; k < N; ++k) {
+            T v = W[i * S + k];
+            if (!isfinite(v)) bad = T(1);
+            amax = fmax(amax, fabs(v));
+            dasym = fmax(dasym, fabs(v - W[k * S + i]));
+        }
+        for (int r = 0; r < nrhs; ++r) if (!isfinite(bi[r])) bad = T(1);
+    }
+    amax = group_max<T, N>(amax, scratch, i);
+    dasym = group_max<T, N>(dasym, scratch, i);
+    bad = group_max<T, N>(bad, scratch, i);
+    if (active && i == 0) {
+        *nonfinite = bad > T(0) ? 1 : 0;
+        *asym = amax > T(0) ? dasym / amax : T(0);
+    }
+    gsync<N>();
+    if (active) for (int k = i + 1; k < N; ++k) W[i * S + k] = W[k * S + i];
+    gsync<N>();
+}
+
 // W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form.
 // On exit: d[k] = T_kk, e[k] = T_k+1,k, row i of W (columns < i) holds u_i and beta[i] = 1/b_i
 // (0 where H_i = I). tmp: 2 N scratch. All threads of the block call this (it synchronizes).

@@ -4,7 +4,7 @@
 // The permutation schedule (perm, link per step) comes from the host (pcr_schedule), flattened:
 // sched[s * 2N + q] = perm[q], sched[s * 2N + N + q] = link[q] (link[N-1] = 0).
 // Outputs x (B, N, R), the PCR pivot ratio as condition estimate, the relative residual
-// (A re-read from global memory, lower triangle), and ok (all of x finite).
+// (A re-read from global memory, lower triangle), ok (all of x finite) and the input screening.
 
 #include "householder.cuh"
 
@@ -59,6 +59,7 @@ __device__ void pcr_solve(const T* d0, const T* e0, T* v, T* sd, T* sc, T* sv2, 
 template <typename T, int N>
 __global__ void householder_pcr_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
                                       T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ok,
+                                      int* __restrict__ nonfinite, T* __restrict__ asym,
                                       const int* __restrict__ sched, int nsteps,
                                       long long batch, int nrhs, int spb)
 {
@@ -77,16 +78,11 @@ __global__ void householder_pcr_solve(const T* __restrict__ A, const T* __restri
     T* red = piv + N;
     int* spos = reinterpret_cast<int*>(smem + (size_t)spb * PER) + local * N;
 
-    const T* Ablk = A + sys0 * N * N;
-    for (int t = threadIdx.x; t < nsys * N * N; t += blockDim.x) {     // lower triangle, symmetrized
-        int s = t / (N * N), r = (t / N) % N, c = t % N;
-        if (c <= r) {
-            T v = Ablk[t];
-            smem[(size_t)s * PER + r * S + c] = v;
-            smem[(size_t)s * PER + c * S + r] = v;
-        }
-    }
-    __syncthreads();                                              // block-wide staging
+    stage_matrices<T, N, S, PER>(A + sys0 * N * N, smem, nsys);
+    T bi_all[1] = {T(0)};
+    const T* bi = active ? b + ((sys0 + local) * N + i) * nrhs : bi_all;
+    screen_and_symmetrize<T, N, S>(W, bi, active ? nrhs : 1, tmp, i, active,
+                                   nonfinite + sys0 + local, asym + sys0 + local);
     tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
 
     const T* As = A + (sys0 + local) * N * N;

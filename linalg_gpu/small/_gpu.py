@@ -121,19 +121,26 @@ def ldlt_stage(A, b, screen=False):
     return out + ((nonfinite.astype(bool), asym) if screen else ())
 
 
+def _flags(B, dtype):
+    import cupy as cp
+
+    return cp.empty(B, dtype=np.int32), cp.empty(B, dtype=dtype)
+
+
 def householder_pcr_stage(A, b):
-    """Householder + Q^T b + PCR (Fig. 9) + Q z + residual: cuda/householder_pcr.cu."""
+    """Householder + Q^T b + PCR (Fig. 9) + Q z + residual + screening: cuda/householder_pcr.cu."""
     import cupy as cp
 
     B, n, r = b.shape
     x, cond, resid = _outputs(b)
     ok = cp.empty(B, dtype=np.int32)
+    nonfinite, asym = _flags(B, A.dtype)
     sched, nsteps = _pcr_schedule_device(n, cp.cuda.Device().id)
     fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n)
     per = (n * (n | 1) + 12 * n) * A.dtype.itemsize + n * 4
-    _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, sched, np.int32(nsteps), np.int64(B),
-                                        np.int32(r), np.int32(spb)))
-    return x, cond, cp.zeros(B, dtype=np.int32), ok.astype(bool), resid
+    _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, nonfinite, asym, sched, np.int32(nsteps),
+                                        np.int64(B), np.int32(r), np.int32(spb)))
+    return x, cond, cp.zeros(B, dtype=np.int32), ok.astype(bool), resid, nonfinite.astype(bool), asym
 
 
 def _eig_bytes(n, itemsize):
@@ -141,52 +148,45 @@ def _eig_bytes(n, itemsize):
 
 
 def eig_truncate_stage(A, b, cond_max):
-    """Householder + divide and conquer + truncated solve + residual: cuda/eigh_small.cu."""
+    """Householder + divide and conquer + truncated solve + residual + screening: cuda/eigh_small.cu."""
     import cupy as cp
 
     B, n, r = b.shape
     x, cond, resid = _outputs(b)
     ndisc = cp.empty(B, dtype=np.int32)
+    nonfinite, asym = _flags(B, A.dtype)
     hit = cp.zeros(1, dtype=np.int32)
     tree = _tree_device(n, cp.cuda.Device().id)
     fn = get_function("eigh_small.cu", "eig_truncate_solve", A.dtype, n)
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
-            lambda spb: (A, b, x, cond, resid, ndisc, tree, hit, A.dtype.type(cond_max), np.int64(B),
-                         np.int32(r), np.int32(spb)))
-    return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid
+            lambda spb: (A, b, x, cond, resid, ndisc, nonfinite, asym, tree, hit, A.dtype.type(cond_max),
+                         np.int64(B), np.int32(r), np.int32(spb)))
+    return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid, nonfinite.astype(bool), asym
 
 
 def eigh_small(A):
-    """w (B, n) ascending and eigenvectors (B, n, n): cuda/eigh_small.cu."""
+    """w (B, n) ascending, eigenvectors (B, n, n), nonfinite (B,), asym (B,): cuda/eigh_small.cu."""
     import cupy as cp
 
     B, n, _ = A.shape
     w = cp.empty((B, n), dtype=A.dtype)
     V = cp.empty_like(A)
+    nonfinite, asym = _flags(B, A.dtype)
     hit = cp.zeros(1, dtype=np.int32)
     tree = _tree_device(n, cp.cuda.Device().id)
     fn = get_function("eigh_small.cu", "eigh_small", A.dtype, n)
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
-            lambda spb: (A, w, V, tree, hit, np.int64(B), np.int32(spb)))
-    return w, V
+            lambda spb: (A, w, V, nonfinite, asym, tree, hit, np.int64(B), np.int32(spb)))
+    return w, V, nonfinite.astype(bool), asym
 
 
 def run_stage(stage, A, b, screen, cond_max):
     """The stage named ``stage`` of the robust strategy on the GPU (see the module docstring).
 
-    Only a first stage screens its input; an LDL^T first stage does it inside its kernel.
+    Every kernel screens its input (NaN/Inf, asymmetry) while it stages A in shared memory;
+    the flags are returned for the first stage only.
     """
     if stage == "ldlt":
         return ldlt_stage(A, b, screen)
-    if stage == "householder_pcr":
-        out = householder_pcr_stage(A, b)
-    else:
-        out = eig_truncate_stage(A, b, cond_max)
-    if screen:                          # a start other than LDL^T: screen with cupy reductions
-        import cupy as cp
-
-        amax = cp.abs(A).max(axis=(1, 2))
-        nonfinite = ~(cp.isfinite(amax) & cp.isfinite(b).all(axis=(1, 2)))
-        asym = cp.abs(A - A.transpose(0, 2, 1)).max(axis=(1, 2)) / amax
-        out = out + (nonfinite, asym)
-    return out
+    out = householder_pcr_stage(A, b) if stage == "householder_pcr" else eig_truncate_stage(A, b, cond_max)
+    return out if screen else out[:5]

@@ -371,17 +371,21 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
     """
     A = C.check_square_batch(A, "A")
     batch, n = A.shape[:-2], A.shape[-1]
-    if check_finite:
-        C.check_finite_batch([A], batch, ["A"])
-    if not assume_symmetric:
-        C.check_symmetric(A)
     if not isinstance(A, np.ndarray):                                  # cupy: cuda/eigh_small.cu
         from . import _gpu
 
         if n > _gpu.MAX_N:
             raise ValueError(f"n = {n} is larger than the GPU kernels' limit of {_gpu.MAX_N}")
         xp = get_array_module(A)
-        w, N = _gpu.eigh_small(xp.ascontiguousarray(C.flatten_batch(A, 2)))
+        w, N, nonfinite, asym = _gpu.eigh_small(xp.ascontiguousarray(C.flatten_batch(A, 2)))
+        if check_finite and bool(nonfinite.any()):                     # screened by the kernel
+            C.check_finite_batch([A], batch, ["A"])
+        if not assume_symmetric and bool((~nonfinite & (asym > C.SYMMETRY_RTOL * np.finfo(A.dtype).eps)).any()):
+            C.check_symmetric(A)
         return w.reshape(batch + (n,)), N.reshape(A.shape)
+    if check_finite:
+        C.check_finite_batch([A], batch, ["A"])
+    if not assume_symmetric:
+        C.check_symmetric(A)
     w, N = C.map_chunks(_eigh_small_bl, (C.flatten_batch(A, 2),), n)
     return w.reshape(batch + (n,)), N.reshape(A.shape)
