@@ -92,12 +92,79 @@ __device__ void screen_and_symmetrize(T* W, const T* bi, int nrhs, T* scratch, i
     gsync<N>();
 }
 
+// N <= 32: the same reduction with lane i holding row i of the working matrix in registers.
+// Symmetry gives lane i its entry x_i = W[r][i] of the row being reduced (its own column r), u and
+// q are broadcast through a shared buffer, and the rank-2 update (eq. 13) touches registers only.
+// On exit, as tridiagonalize(): d, e, beta, and u_r in row r of W (shared).
+template <typename T, int N, int S>
+__device__ void tridiagonalize_regs(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
+{
+    T w[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) w[k] = active ? W[i * S + k] : T(0);
+    T m = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) m = fmax(m, fabs(w[k]));
+    m = group_max<T, N>(m, tmp, i);
+    int ex = 0;
+    frexp((m > T(0) && isfinite(m)) ? m : T(1), &ex);
+    const T scale = ldexp(T(1), ex);                  // a power of 2: the scaling is exact
+#pragma unroll
+    for (int k = 0; k < N; ++k) w[k] /= scale;
+    T* su = tmp;                                      // broadcast buffers: u, then q
+    T* sq = tmp + N;
+    const int base = (threadIdx.x & 31) - i;          // lane of row 0 of this system
+#pragma unroll
+    for (int r = N - 1; r >= 2; --r) {
+        const T xi = (i < r - 1) ? w[r] : T(0);       // W[r][i] = W[i][r]
+        const T head2 = group_sum<T, N>(xi * xi, tmp, i);
+        const T xl = __shfl_sync(0xffffffffu, w[r], base + r - 1);
+        const T sigma = sqrt(head2 + xl * xl);
+        const T alpha = xl >= T(0) ? -sigma : sigma;
+        const bool act = head2 > T(0);
+        const T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
+        const T ui = !act ? T(0) : (i < r - 1 ? xi : (i == r - 1 ? xl - alpha : T(0)));
+        if (active) su[i] = ui;
+        __syncwarp();
+        T pi = 0;
+#pragma unroll
+        for (int k = 0; k < r; ++k) pi += w[k] * su[k];    // p = W u / b   (eq. 12)
+        pi *= inv_b;
+        if (i >= r) pi = T(0);
+        const T Bi = group_sum<T, N>(pi * ui, tmp + 2 * N, i) * inv_b / T(2);
+        const T qi = pi - Bi * ui;                     // q = p - B u
+        if (active) sq[i] = qi;
+        __syncwarp();
+        if (i < r) {
+#pragma unroll
+            for (int k = 0; k < r; ++k) w[k] -= qi * su[k] + ui * sq[k];   // eq. (13)
+        }
+        if (active && i < r) W[r * S + i] = ui;        // u_r in row r (for apply_q)
+        if (active && i == 0) {
+            beta[r] = inv_b;
+            e[r - 1] = (act ? alpha : xl) * scale;
+        }
+        __syncwarp();
+    }
+    T di = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) di = (k == i) ? w[k] : di;
+    if (active) d[i] = di * scale;
+    if (active && i == 1) e[0] = w[0] * scale;
+    if (active && i == 0) { beta[0] = 0; if (N > 1) beta[1] = 0; }
+    __syncwarp();
+}
+
 // W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form.
 // On exit: d[k] = T_kk, e[k] = T_k+1,k, row i of W (columns < i) holds u_i and beta[i] = 1/b_i
 // (0 where H_i = I). tmp: 2 N scratch. All threads of the block call this (it synchronizes).
 template <typename T, int N, int S>
 __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
 {
+    if constexpr (Group<N>::WARP) {
+        tridiagonalize_regs<T, N, S>(W, d, e, beta, tmp, i, active);
+        return;
+    }
     T* p = tmp;           // p, then q
     T* sc = tmp + N;      // scalars: [0] head2, [1] u.p, [2] scale
     // scale by a power of 2 to max |W_ij| ~ 1 (the reflectors do not depend on it): no under/overflow in squares

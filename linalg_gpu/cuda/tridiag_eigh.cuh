@@ -166,9 +166,9 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             for (; it <= 64; ++it) {
                 T f = rinv, f1 = 0, f2 = 0, ab = 0;
                 for (int k = 0; k < K; ++k) {
-                    T dl = (p[k] - o) - tau;
-                    T q = w[k] * w[k] / dl;
-                    f += q; f1 += q / dl; f2 += q / (dl * dl); ab += fabs(q);
+                    const T rdl = T(1) / ((p[k] - o) - tau);      // one division per term
+                    const T q = w[k] * w[k] * rdl;
+                    f += q; f1 += q * rdl; f2 += q * rdl * rdl; ab += fabs(q);
                 }
                 f2 *= T(2);
                 T bound = eps_ * (T(8) * ab + rinv + fabs(tau) * f1);
