@@ -47,7 +47,7 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
 }
 
 template <typename T, int N>
-__global__ void eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs,
+__global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs,
                            int* __restrict__ nonfinite, T* __restrict__ asym,
                            const int* __restrict__ tree, int* __restrict__ hitcap, long long batch, int spb)
 {
@@ -76,7 +76,7 @@ __global__ void eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __rest
 }
 
 template <typename T, int N>
-__global__ void eig_truncate_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
+__global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
                                    T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ndisc,
                                    int* __restrict__ nonfinite, T* __restrict__ asym,
                                    const int* __restrict__ tree, int* __restrict__ hitcap, T cond_max,

@@ -57,7 +57,7 @@ __device__ void pcr_solve(const T* d0, const T* e0, T* v, T* sd, T* sc, T* sv2, 
 }
 
 template <typename T, int N>
-__global__ void householder_pcr_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
+__global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) householder_pcr_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
                                       T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ok,
                                       int* __restrict__ nonfinite, T* __restrict__ asym,
                                       const int* __restrict__ sched, int nsteps,

@@ -51,7 +51,7 @@ __device__ __forceinline__ T seg_sum(T v)
 }
 
 template <typename T, int N>
-__global__ void ldlt_solve_warp(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
+__global__ void __launch_bounds__(128) ldlt_solve_warp(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
                                 T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ok,
                                 T* __restrict__ asym, int* __restrict__ nonfinite,
                                 long long batch, int nrhs)
@@ -188,7 +188,7 @@ __global__ void ldlt_solve_warp(const T* __restrict__ A, const T* __restrict__ b
 // ---------------------------------------------------------------------------------------------
 
 template <typename T, int N>
-__global__ void ldlt_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
+__global__ void __launch_bounds__(256) ldlt_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
                            T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ok,
                            T* __restrict__ asym, int* __restrict__ nonfinite,
                            long long batch, int nrhs, int spb)

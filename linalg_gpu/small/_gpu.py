@@ -17,7 +17,7 @@ import numpy as np
 from .._kernels import get_function
 
 MAX_N = 64          # largest n the kernels are instantiated for (shared memory per system)
-THREADS = 256       # threads per block: several systems per block for small n
+THREADS = 128       # threads per block for n <= 32 (whole warps of systems); n > 32: up to 256
 
 
 @lru_cache(maxsize=None)
@@ -25,6 +25,13 @@ def _max_shared(device_id):
     import cupy as cp
 
     return int(cp.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"])
+
+
+def _prefer_shared(fn, shmem):
+    """Ask for the largest shared-memory carveout: the kernels are limited by shared memory per SM."""
+    if shmem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = shmem
+    fn.preferred_shared_memory_carveout = 100
 
 
 def _lanes(n):
@@ -42,10 +49,9 @@ def _launch(fn, B, n, per_system_bytes, args_fn):
         per_warp = 32 // lanes
         spb = max(per_warp, min(THREADS // lanes, by_shmem) // per_warp * per_warp)
     else:
-        spb = max(1, min(THREADS // n, by_shmem))
+        spb = max(1, min(256 // n, by_shmem))
     shmem = spb * per_system_bytes
-    if shmem > 48 * 1024:
-        fn.max_dynamic_shared_size_bytes = shmem
+    _prefer_shared(fn, shmem)
     grid = (B + spb - 1) // spb
     if grid:
         fn((grid,), (spb * lanes,), args_fn(spb), shared_mem=shmem)
@@ -106,8 +112,7 @@ def ldlt_stage(A, b, screen=False):
         spb = warps * spw
         fn = get_function("ldlt.cu", "ldlt_solve_warp", A.dtype, n)
         shmem = spb * per
-        if shmem > 48 * 1024:
-            fn.max_dynamic_shared_size_bytes = shmem
+        _prefer_shared(fn, shmem)
         grid = (B + spb - 1) // spb
         if grid:
             fn((grid,), (32 * warps,), (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)),
