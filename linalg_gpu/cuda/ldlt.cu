@@ -31,8 +31,21 @@ struct WarpLayout {
     static constexpr int SPW = 32 / W;                        // systems per warp
     static constexpr int S = N | 1;                           // odd row stride
     static constexpr int COL = (N + 3) / 4 * 4;               // column buffer, 16-byte padded
-    static constexpr int PER = N * S + 3 * COL + 8;           // shared elements per system
+    static constexpr int AOFF = (N * S + 3) / 4 * 4;          // column buffer offset, 16-byte aligned
+    static constexpr int PER = AOFF + 3 * COL + 8;            // shared elements per system (multiple of 4)
 };
+
+// 16 bytes of shared memory (16-byte aligned) into registers: 4 floats or 2 doubles.
+__device__ __forceinline__ void load16(const float* p, float* c)
+{
+    float4 v = *reinterpret_cast<const float4*>(p);
+    c[0] = v.x; c[1] = v.y; c[2] = v.z; c[3] = v.w;
+}
+__device__ __forceinline__ void load16(const double* p, double* c)
+{
+    double2 v = *reinterpret_cast<const double2*>(p);
+    c[0] = v.x; c[1] = v.y;
+}
 
 template <typename T, int W>
 __device__ __forceinline__ T seg_max(T v)
@@ -53,7 +66,7 @@ __device__ __forceinline__ T seg_sum(T v)
 // Blocks per SM to ask the register allocator for: measured with ptxas -v, the most that leaves
 // no (float) or few (double) spills; more resident warps hide the latency of the column sweeps.
 template <typename T, int N>
-constexpr int ldlt_min_blocks() { return sizeof(T) == 4 ? (N <= 16 ? 6 : 5) : (N <= 16 ? 4 : 1); }
+constexpr int ldlt_min_blocks() { return sizeof(T) == 4 ? (N <= 16 ? 6 : 4) : (N <= 16 ? 4 : 1); }
 
 template <typename T, int N>
 __global__ void __launch_bounds__(128, ldlt_min_blocks<T, N>()) ldlt_solve_warp(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
@@ -72,7 +85,7 @@ __global__ void __launch_bounds__(128, ldlt_min_blocks<T, N>()) ldlt_solve_warp(
     const bool valid = sys < batch;
     const bool row = valid && i < N;                  // this lane owns a row
     T* sA = smem + (size_t)slot * L::PER;             // original rows (padded)
-    T* col = sA + N * S;                              // published column
+    T* col = sA + L::AOFF;                            // published column (16-byte aligned)
     T* sx = col + L::COL;                             // solution
     T* sb = sx + L::COL;                              // right-hand side
 
@@ -137,9 +150,17 @@ __global__ void __launch_bounds__(128, ldlt_min_blocks<T, N>()) ldlt_solve_warp(
         dmin = j == 0 ? d : fmin(dmin, d);
         if (i == j) di = d;
         const T l = a[j] / d;
+        constexpr int V = 16 / sizeof(T);              // column entries per 16-byte load
 #pragma unroll
-        for (int k = j + 1; k < N; ++k)
-            if (k <= i) a[k] -= l * col[k];
+        for (int k0 = (j + 1) / V * V; k0 < N; k0 += V) {
+            T c[V];
+            load16(col + k0, c);
+#pragma unroll
+            for (int t = 0; t < V; ++t) {
+                const int k = k0 + t;
+                if (k > j && k < N && k <= i) a[k] -= l * c[t];
+            }
+        }
         if (i > j) a[j] = l;
         __syncwarp();
     }

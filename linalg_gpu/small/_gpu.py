@@ -107,7 +107,7 @@ def ldlt_stage(A, b, screen=False):
     if n <= 32:
         lanes = n if 32 % n == 0 else 32
         spw, col = 32 // lanes, (n + 3) // 4 * 4
-        per = (n * (n | 1) + 3 * col + 8) * it
+        per = ((n * (n | 1) + 3) // 4 * 4 + 3 * col + 8) * it                 # WarpLayout::PER
         warps = 4
         spb = warps * spw
         fn = get_function("ldlt.cu", "ldlt_solve_warp", A.dtype, n)
