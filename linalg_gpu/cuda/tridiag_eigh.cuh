@@ -235,20 +235,13 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         // i. rows st..st+m-1: new row t = old row t (columns perm-ordered) times [V | I]
         if (active && i < m) {
             const int row = st + i;
-            T old[N];                                           // registers: compile-time indices only
-#pragma unroll
-            for (int c = 0; c < N; ++c) old[c] = c < m ? Q[row * S + st + s.perm[s.idx[c]]] : T(0);
-#pragma unroll
-            for (int c = 0; c < N; ++c) {
-                if (c < m) {
-                    T v = old[c];
-                    if (c < K) {
-                        v = 0;
-#pragma unroll
-                        for (int k = 0; k < N; ++k) if (k < K) v += old[k] * V[k * S + c];
-                    }
-                    Q[row * S + st + s.defl[c]] = v;
-                }
+            T old[N];                                           // local memory: m varies per merge
+            for (int c = 0; c < m; ++c) old[c] = Q[row * S + st + s.perm[s.idx[c]]];
+            for (int c = 0; c < m; ++c) {
+                T v;
+                if (c < K) { v = 0; for (int k = 0; k < K; ++k) v += old[k] * V[k * S + c]; }
+                else v = old[c];
+                Q[row * S + st + s.defl[c]] = v;
             }
         }
         gsync<N>();
