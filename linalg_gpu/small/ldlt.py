@@ -34,14 +34,14 @@ def _ldlt_factor_bl(A):
     L[idx, idx] = 1
     for j in range(n):
         w = L[j, :j] * D[:j]                                            # (j, c): L_jk D_kk
-        dj = A[j, j] - np.einsum("kc,kc->c", L[j, :j], w)               # (c,)
+        v = A[j:, j] - np.einsum("mkc,kc->mc", L[j:, :j], w)            # (n-j, c); v[0] = D_jj
+        dj = v[0]
         bad = ~(dj > tol)                                               # also catches NaN
         if bad.any():
             ok &= ~bad
             dj = np.where(bad, safe, dj)
         D[j] = dj
-        if j + 1 < n:
-            L[j + 1:, j] = (A[j + 1:, j] - np.einsum("mkc,kc->mc", L[j + 1:, :j], w)) / dj
+        L[j + 1:, j] = v[1:] * (1 / dj)
     return L, D, ok
 
 

@@ -114,12 +114,16 @@ def _secular_roots_bl(p, zz, valid, r, k):
     for it in range(_MAX_SECULAR_ITER + 1):
         t, l_, h_ = tau[act], lo[act], hi[act]
         Dl = delta[:, act] - t                                         # (K, a)
-        q = Z[:, act] / Dl                                             # terms
+        rD = 1 / Dl                                                    # one division per term
+        q = Z[:, act] * rD                                             # terms
         f = rinv[act] + q.sum(0)
-        q1 = q / Dl
-        f1 = q1.sum(0)                                                 # f'
-        f2 = 2 * (q1 / Dl).sum(0)                                      # f''
-        bound = eps * (8 * np.abs(q).sum(0) + rinv[act] + np.abs(t) * f1)
+        q *= rD
+        f1 = q.sum(0)                                                  # f'
+        q *= rD
+        f2 = 2 * q.sum(0)                                              # f''
+        aq = np.abs(rD)
+        aq *= Z[:, act]                                                # |terms|
+        bound = eps * (8 * aq.sum(0) + rinv[act] + np.abs(t) * f1)
         l_ = np.where(f < 0, np.maximum(l_, t), l_)
         h_ = np.where(f > 0, np.minimum(h_, t), h_)
         lo[act], hi[act] = l_, h_
