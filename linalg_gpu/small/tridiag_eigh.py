@@ -80,6 +80,21 @@ def _eig2_bl(a, b, c):
     return w, V
 
 
+def _model_step(c0, a, b, s_, S_, single, t, lo, hi):
+    """t + x for the root x of c0 + s/(a-x) + S/(b-x) = 0 (c0 + s/(a-x) = 0 where ``single``)
+    that lands inside the bracket (lo, hi), the nearer one if both do; else the bisection point."""
+    qb = -(c0 * (a + b) + s_ + S_)                                     # c0 x^2 + qb x + qc = 0
+    qc = c0 * a * b + s_ * b + S_ * a
+    disc = np.sqrt(np.maximum(qb * qb - 4 * c0 * qc, 0))
+    qq = -(qb + np.where(qb >= 0, disc, -disc)) / 2
+    x1 = np.where(single, a + s_ / np.where(c0 != 0, c0, np.inf), qq / np.where(c0 != 0, c0, np.inf))
+    x2 = qc / np.where(qq != 0, qq, np.inf)
+    t1, t2 = t + x1, t + x2
+    in1 = np.isfinite(t1) & (t1 > lo) & (t1 < hi)
+    in2 = ~single & np.isfinite(t2) & (t2 > lo) & (t2 < hi)
+    return np.where(in1 & (~in2 | (np.abs(x1) <= np.abs(x2))), t1, np.where(in2, t2, (lo + hi) / 2))
+
+
 def _secular_roots_bl(p, zz, valid, r, k):
     """Roots of 1/r + sum_i zz_i / (p_i - lam) = 0 (eq. 16, scaled) for a batch.
 
@@ -104,26 +119,33 @@ def _secular_roots_bl(p, zz, valid, r, k):
     delta = P - o                                                      # (K, m) p_i - o, exact
     lo = np.where(last | left, 0, -gap / 2)
     hi = np.where(last, upper, np.where(left, gap / 2, 0))
-    tau = (lo + hi) / 2
     ia = jj                                                            # Gragg's two poles:
     ib = np.where(last, jj - 1, jj + 1)                                # j, j+1 inside; j, j-1 last
     single = ib < 0                                                    # one pole only (k == 1)
     ib = np.clip(ib, 0, K - 1)
+    # Start inside: the two-pole model with the rest of f frozen at the middle of the interval
+    # (dlaed4's initial guess); the last root starts at the middle of its bracket.
+    cols = np.arange(jj.size)
+    zj, zn = Z[jj, cols], Z[np.minimum(jj + 1, K - 1), cols]
+    c_init = fmid + (zj - zn) / (gap / 2)
+    guess = _model_step(c_init, pj - o, pn - o, zj, zn, np.zeros(jj.size, dtype=bool), 0, lo, hi)
+    tau = np.where(last, (lo + hi) / 2, guess)
     act = np.arange(jj.size)                                           # not yet converged
     hit_cap = 0
     for it in range(_MAX_SECULAR_ITER + 1):
-        t, l_, h_ = tau[act], lo[act], hi[act]
-        Dl = delta[:, act] - t                                         # (K, a)
+        full = act.size == jj.size                                     # no gathers while all are active
+        t, l_, h_ = (tau, lo, hi) if full else (tau[act], lo[act], hi[act])
+        Za = Z if full else Z[:, act]                                  # (K, a)
+        Dl = (delta if full else delta[:, act]) - t                    # (K, a)
         rD = 1 / Dl                                                    # one division per term
-        q = Z[:, act] * rD                                             # terms
+        q = Za * rD                                                    # terms
+        aq = np.abs(q).sum(0)                                          # sum |terms|
         f = rinv[act] + q.sum(0)
         q *= rD
         f1 = q.sum(0)                                                  # f'
         q *= rD
         f2 = 2 * q.sum(0)                                              # f''
-        aq = np.abs(rD)
-        aq *= Z[:, act]                                                # |terms|
-        bound = eps * (8 * aq.sum(0) + rinv[act] + np.abs(t) * f1)
+        bound = eps * (8 * aq + rinv[act] + np.abs(t) * f1)
         l_ = np.where(f < 0, np.maximum(l_, t), l_)
         h_ = np.where(f > 0, np.minimum(h_, t), h_)
         lo[act], hi[act] = l_, h_
@@ -144,18 +166,7 @@ def _secular_roots_bl(p, zz, valid, r, k):
         s_ = np.where(sg, a * a * f1, a ** 3 * (f1 - b * f2 / 2) / ab)
         S_ = np.where(sg, 0, b ** 3 * (f1 - a * f2 / 2) / -ab)
         c0 = f - s_ / a - np.where(sg, 0, S_ / b)
-        # Gragg's model c0 + s/(a-x) + S/(b-x) = 0: c0 x^2 + qb x + qc = 0 (one pole: c0 (a-x) + s = 0).
-        qb = -(c0 * (a + b) + s_ + S_)
-        qc = c0 * a * b + s_ * b + S_ * a
-        disc = np.sqrt(np.maximum(qb * qb - 4 * c0 * qc, 0))
-        qq = -(qb + np.where(qb >= 0, disc, -disc)) / 2
-        x1 = np.where(sg, a + s_ / np.where(c0 != 0, c0, np.inf), qq / np.where(c0 != 0, c0, np.inf))
-        x2 = qc / np.where(qq != 0, qq, np.inf)
-        t1, t2 = t + x1, t + x2
-        in1 = np.isfinite(t1) & (t1 > l_) & (t1 < h_)
-        in2 = ~sg & np.isfinite(t2) & (t2 > l_) & (t2 < h_)
-        tau[act] = np.where(in1 & (~in2 | (np.abs(x1) <= np.abs(x2))), t1,
-                            np.where(in2, t2, (l_ + h_) / 2))
+        tau[act] = _model_step(c0, a, b, s_, S_, sg, t, l_, h_)
     lam = np.zeros((K, G), dtype=p.dtype)
     lam[jj, gg] = o + tau
     Dl = np.ones((K, K, G), dtype=p.dtype)
