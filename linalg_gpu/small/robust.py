@@ -181,13 +181,14 @@ def _make_eig_truncate_stage(cond_max):
     return stage
 
 
-def _relative_residual_bl(A, x, b):
+def _relative_residual_bl(A, x, b, nA=None):
     """||Ax - b||_inf / (||A||_inf ||x||_inf + ||b||_inf) per system, max over right-hand sides.
 
     A must be symmetric here (with assume_symmetric it is rebuilt from its lower triangle first).
     """
     r = np.einsum("ijc,jrc->irc", A, x) - b                          # (n, r, c)
-    nA = np.abs(A).sum(1).max(0)                                      # (c,)
+    if nA is None:
+        nA = np.abs(A).sum(1).max(0)                                  # (c,) ||A||_inf
     num = np.abs(r).max(0)                                            # (r, c)
     den = nA * np.abs(x).max(0) + np.abs(b).max(0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -212,18 +213,23 @@ def _stage(xp, stage, cond_max):
 
 def _run_stage(stage_fn, A, b, n, symmetrize, screen):
     """One stage over (B, n, n), (B, n, r) in chunks; with ``screen`` also the per-system input flags."""
+    il = np.tril_indices(n, -1)
+
     def block(Ab, bb):
         with np.errstate(all="ignore"):
-            flags = ()
+            flags, nA = (), None
             if screen:                                                # validation in the same pass
-                amax = np.abs(Ab).max((0, 1))                         # NaN/Inf propagate
+                absA = np.abs(Ab)
+                amax = absA.max((0, 1))                               # NaN/Inf propagate
+                nA = absA.sum(1).max(0)                               # ||A||_inf for the residual
                 nonfinite = ~(np.isfinite(amax) & np.isfinite(bb).all((0, 1)))
-                asym = np.abs(Ab - Ab.transpose(1, 0, 2)).max((0, 1))
+                diff = Ab[il] - Ab[il[1], il[0]]                      # strict lower minus upper
+                asym = np.maximum(diff.max(0, initial=0), -diff.min(0, initial=0))
                 flags = (nonfinite, asym / amax)
             if symmetrize:                                            # assume_symmetric: lower triangle
-                Ab = _symmetrize_lower_bl(Ab)
+                Ab, nA = _symmetrize_lower_bl(Ab), None
             x, cond, nd, ok = stage_fn(Ab, bb)
-            return (x, cond, nd, ok, _relative_residual_bl(Ab, x, bb)) + flags
+            return (x, cond, nd, ok, _relative_residual_bl(Ab, x, bb, nA)) + flags
     return C.map_chunks(block, (A, b), n)
 
 
