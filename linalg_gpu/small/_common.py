@@ -41,6 +41,33 @@ def check_square_batch(A, name="A"):
     return A
 
 
+def check_symmetric_input(A, fname, check_finite, assume_symmetric):
+    """The argument checks of the one-matrix CPU functions: (A, batch shape, n)."""
+    A = check_square_batch(A, "A")
+    require_numpy(A, fname)
+    batch = A.shape[:-2]
+    if check_finite:
+        check_finite_batch([A], batch, ["A"])
+    if not assume_symmetric:
+        check_symmetric(A)
+    return A, batch, A.shape[-1]
+
+
+def check_tridiagonal(d, e, fname):
+    """The argument checks of the tridiagonal functions: (d, e, batch shape, n, dtype)."""
+    d = as_array(d, "d")
+    e = as_array(e, "e")
+    for arr, nm in ((d, "d"), (e, "e")):
+        check_dtype(arr, nm)
+        require_numpy(arr, fname)
+    if d.ndim < 1 or d.shape[-1] == 0:
+        raise ValueError(f"d must have shape (..., n) with n >= 1; got {d.shape}")
+    batch, n = d.shape[:-1], d.shape[-1]
+    if e.shape != batch + (n - 1,):
+        raise ValueError(f"e must have shape {batch + (n - 1,)} to match d of shape {d.shape}; got {e.shape}")
+    return d, e, batch, n, common_dtype(("d", d), ("e", e))
+
+
 def check_rhs(b, A, name="b"):
     """``b`` as ``(..., n)`` (one right-hand side) or ``(..., n, k)``; returns (b, is_vector)."""
     xp = get_array_module(A)
@@ -104,10 +131,14 @@ def check_symmetric(A, name="A", tol=None):
         )
 
 
-def chunk_size(n):
-    """Systems per chunk: an n x n x chunk float64 block of 8 MB (measured best on 2 cores: smaller
-    chunks pay numpy's per-call overhead more often, larger ones leave the caches)."""
-    return int(max(16, min(4096, 2**20 // (n * n))))
+def chunk_size(n, nbytes=2**22):
+    """Systems per chunk so that one n x n float64 block of the chunk holds about ``nbytes``.
+
+    4 MB suits the Householder and eigen cores; LDL^T, with fewer operations per element,
+    does best with 8 MB (measured on 2 cores: smaller chunks pay numpy's per-call overhead
+    more often, larger ones leave the caches).
+    """
+    return int(max(16, min(4096, nbytes // (8 * n * n))))
 
 
 def flatten_batch(X, n_trailing):
@@ -116,7 +147,7 @@ def flatten_batch(X, n_trailing):
     return X.reshape((int(np.prod(lead, dtype=np.int64)),) + X.shape[X.ndim - n_trailing:])
 
 
-def map_chunks(fn, arrays, n):
+def map_chunks(fn, arrays, n, nbytes=2**22):
     """Run a batch-last core over chunks of a batch-first batch, on a thread pool.
 
     ``arrays`` are (B, ...) arrays; each chunk is transposed to (..., c) (in cache), passed to
@@ -124,7 +155,7 @@ def map_chunks(fn, arrays, n):
     result. Every system is computed independently, so results do not depend on the chunking.
     """
     B = arrays[0].shape[0]
-    c = chunk_size(n)
+    c = chunk_size(n, nbytes)
     starts = list(range(0, B, c)) or [0]
     outs = []
 

@@ -150,13 +150,7 @@ def tridiagonalize(A, *, form_q=True, check_finite=True, assume_symmetric=False)
     >>> bool(np.allclose(Q @ T @ Q.transpose(0, 2, 1), A))
     True
     """
-    A = C.check_square_batch(A, "A")
-    C.require_numpy(A, "tridiagonalize")
-    batch, n = A.shape[:-2], A.shape[-1]
-    if check_finite:
-        C.check_finite_batch([A], batch, ["A"])
-    if not assume_symmetric:
-        C.check_symmetric(A)
+    A, batch, n = C.check_symmetric_input(A, "tridiagonalize", check_finite, assume_symmetric)
     d, e, U, beta = C.map_chunks(_tridiagonalize_bl, (C.flatten_batch(A, 2),), n)
     refl = HouseholderReflectors(U, beta, batch)
     d, e = d.reshape(batch + (n,)), e.reshape(batch + (n - 1,))

@@ -90,14 +90,8 @@ def ldlt_factor(A, *, check_finite=True, assume_symmetric=False):
     >>> bool(ok.all()) and np.allclose(L * D[..., None, :] @ L.transpose(0, 2, 1), A)
     True
     """
-    A = C.check_square_batch(A, "A")
-    C.require_numpy(A, "ldlt_factor")
-    batch, n = A.shape[:-2], A.shape[-1]
-    if check_finite:
-        C.check_finite_batch([A], batch, ["A"])
-    if not assume_symmetric:
-        C.check_symmetric(A)
-    L, D, ok = C.map_chunks(_ldlt_factor_bl, (C.flatten_batch(A, 2),), n)
+    A, batch, n = C.check_symmetric_input(A, "ldlt_factor", check_finite, assume_symmetric)
+    L, D, ok = C.map_chunks(_ldlt_factor_bl, (C.flatten_batch(A, 2),), n, nbytes=2**23)
     return L.reshape(A.shape), D.reshape(batch + (n,)), ok.reshape(batch)
 
 

@@ -116,17 +116,10 @@ def pcr_solve(d, e, y, *, check_finite=True):
     >>> bool(np.allclose(T @ z, y))
     True
     """
-    d = as_array(d, "d")
-    e = as_array(e, "e")
+    d, e, batch, n, _ = C.check_tridiagonal(d, e, "pcr_solve")
     y = as_array(y, "y")
-    for arr, nm in ((d, "d"), (e, "e"), (y, "y")):
-        check_dtype(arr, nm)
-        C.require_numpy(arr, "pcr_solve")
-    if d.ndim < 1 or d.shape[-1] == 0:
-        raise ValueError(f"d must have shape (..., n) with n >= 1; got {d.shape}")
-    batch, n = d.shape[:-1], d.shape[-1]
-    if e.shape != batch + (n - 1,):
-        raise ValueError(f"e must have shape {batch + (n - 1,)} to match d of shape {d.shape}; got {e.shape}")
+    check_dtype(y, "y")
+    C.require_numpy(y, "pcr_solve")
     vec = y.shape == batch + (n,)
     if not vec and (y.ndim != d.ndim + 1 or y.shape[:-1] != batch + (n,)):
         raise ValueError(f"y must have shape {batch + (n,)} or {batch + (n, 'k')}; got {y.shape}")

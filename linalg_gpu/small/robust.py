@@ -230,7 +230,7 @@ def _run_stage(stage_fn, A, b, n, symmetrize, screen):
                 Ab, nA = _symmetrize_lower_bl(Ab), None
             x, cond, nd, ok = stage_fn(Ab, bb)
             return (x, cond, nd, ok, _relative_residual_bl(Ab, x, bb, nA)) + flags
-    return C.map_chunks(block, (A, b), n)
+    return C.map_chunks(block, (A, b), n, nbytes=2**23 if stage_fn is _ldlt_stage else 2**22)
 
 
 def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,

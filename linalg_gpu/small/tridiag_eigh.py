@@ -33,7 +33,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._backend import as_array, check_dtype, get_array_module
+from .._backend import get_array_module
 from . import _common as C
 
 __all__ = ["tridiag_eigh", "eigh_small"]
@@ -330,17 +330,7 @@ def tridiag_eigh(d, e, *, check_finite=True):
     >>> bool(np.allclose(T @ V, V * w) and np.allclose(w, np.linalg.eigvalsh(T)))
     True
     """
-    d = as_array(d, "d")
-    e = as_array(e, "e")
-    for arr, nm in ((d, "d"), (e, "e")):
-        check_dtype(arr, nm)
-        C.require_numpy(arr, "tridiag_eigh")
-    if d.ndim < 1 or d.shape[-1] == 0:
-        raise ValueError(f"d must have shape (..., n) with n >= 1; got {d.shape}")
-    batch, n = d.shape[:-1], d.shape[-1]
-    if e.shape != batch + (n - 1,):
-        raise ValueError(f"e must have shape {batch + (n - 1,)} to match d of shape {d.shape}; got {e.shape}")
-    dt = C.common_dtype(("d", d), ("e", e))
+    d, e, batch, n, dt = C.check_tridiagonal(d, e, "tridiag_eigh")
     if check_finite:
         C.check_finite_batch([d, e], batch, ["d", "e"])
     w, V = C.map_chunks(_tridiag_eigh_bl, (C.flatten_batch(d.astype(dt, copy=False), 1),
@@ -384,9 +374,9 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
     >>> bool(np.allclose(A @ N, N * w[..., None, :]) and np.allclose(w, np.linalg.eigvalsh(A)))
     True
     """
-    A = C.check_square_batch(A, "A")
-    batch, n = A.shape[:-2], A.shape[-1]
-    if not isinstance(A, np.ndarray):                                  # cupy: cuda/eigh_small.cu
+    if get_array_module(A) is not np:                                  # cupy: cuda/eigh_small.cu
+        A = C.check_square_batch(A, "A")
+        batch, n = A.shape[:-2], A.shape[-1]
         from . import _gpu
 
         if n > _gpu.MAX_N:
@@ -398,9 +388,6 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
         if not assume_symmetric and bool((~nonfinite & (asym > C.SYMMETRY_RTOL * np.finfo(A.dtype).eps)).any()):
             C.check_symmetric(A)
         return w.reshape(batch + (n,)), N.reshape(A.shape)
-    if check_finite:
-        C.check_finite_batch([A], batch, ["A"])
-    if not assume_symmetric:
-        C.check_symmetric(A)
+    A, batch, n = C.check_symmetric_input(A, "eigh_small", check_finite, assume_symmetric)
     w, N = C.map_chunks(_eigh_small_bl, (C.flatten_batch(A, 2),), n)
     return w.reshape(batch + (n,)), N.reshape(A.shape)
