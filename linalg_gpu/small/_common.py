@@ -4,7 +4,8 @@ Public functions take numpy.linalg-style batches ``(..., n, n)``. The numpy core
 *batch-last* arrays: ``A`` becomes ``(n, n, B)`` with the systems along the last, contiguous
 axis, so that every elementwise operation streams over the batch (the CPU analogue of the
 paper's independent thread groups). Large batches are cut into chunks that stay in cache and
-are run on a thread pool (numpy releases the GIL inside its loops).
+are run on a thread pool (numpy releases the GIL inside its loops). The GPU launchers
+(``_gpu.py``) use the argument checks and flatten the batch the same way.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import numpy as np
 
 from .._backend import as_array, check_dtype, common_dtype, get_array_module
 
-__all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch",
-           "flatten_batch", "map_chunks", "default_rtol", "first_index"]
+__all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch", "check_symmetric_input",
+           "check_tridiagonal", "flatten_batch", "map_chunks", "chunk_size", "default_rtol", "first_index",
+           "require_numpy", "common_dtype", "SYMMETRY_RTOL"]
 
 _MAX_WORKERS = max(1, min(8, os.cpu_count() or 1))
 
@@ -190,6 +192,3 @@ def require_numpy(A, fname):
 def default_rtol(n, dtype):
     """Residual threshold of the robust strategy: 8 * n * eps of the dtype."""
     return 8.0 * n * float(np.finfo(dtype).eps)
-
-
-__all__ += ["chunk_size", "common_dtype", "require_numpy"]
