@@ -18,8 +18,8 @@ import numpy as np
 from .._backend import as_array, check_dtype, common_dtype, get_array_module
 
 __all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch", "check_symmetric_input",
-           "check_tridiagonal", "flatten_batch", "map_chunks", "chunk_size", "default_rtol", "first_index",
-           "require_numpy", "common_dtype", "SYMMETRY_RTOL"]
+           "check_tridiagonal", "raise_for_screening", "flatten_batch", "map_chunks", "chunk_size",
+           "default_rtol", "first_index", "require_numpy", "common_dtype", "SYMMETRY_RTOL"]
 
 _MAX_WORKERS = max(1, min(8, os.cpu_count() or 1))
 
@@ -53,6 +53,16 @@ def check_symmetric_input(A, fname, check_finite, assume_symmetric):
     if not assume_symmetric:
         check_symmetric(A)
     return A, batch, A.shape[-1]
+
+
+def raise_for_screening(A, arrays, names, nonfinite, asym, check_finite, assume_symmetric):
+    """Turn the per-system screening flags of a kernel or a first stage into the errors of the
+    argument checks (which name the first offending system); silent when all is well."""
+    batch = A.shape[:-2]
+    if check_finite and bool(nonfinite.any()):
+        check_finite_batch(arrays, batch, names)
+    if not assume_symmetric and bool((~nonfinite & (asym > SYMMETRY_RTOL * np.finfo(A.dtype).eps)).any()):
+        check_symmetric(A)
 
 
 def check_tridiagonal(d, e, fname):

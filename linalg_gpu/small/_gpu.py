@@ -104,19 +104,11 @@ def ldlt_stage(A, b, screen=False):
     asym = cp.empty(B, dtype=A.dtype)
     ok, nonfinite = cp.empty(B, dtype=np.int32), cp.empty(B, dtype=np.int32)
     it = A.dtype.itemsize
-    if n <= 32:
-        lanes = n if 32 % n == 0 else 32
-        spw, col = 32 // lanes, (n + 3) // 4 * 4
+    if n <= 32:                  # the kernel derives its systems per block from blockDim
+        col = (n + 3) // 4 * 4
         per = ((n * (n | 1) + 3) // 4 * 4 + 3 * col + 8) * it                 # WarpLayout::PER
-        warps = 4
-        spb = warps * spw
         fn = get_function("ldlt.cu", "ldlt_solve_warp", A.dtype, n)
-        shmem = spb * per
-        _prefer_shared(fn, shmem)
-        grid = (B + spb - 1) // spb
-        if grid:
-            fn((grid,), (32 * warps,), (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)),
-               shared_mem=shmem)
+        _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)))
     else:
         fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n)
         per = (n * (n | 1) + 4 * n) * it

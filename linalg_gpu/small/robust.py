@@ -311,10 +311,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     # run on the systems that failed (gathered, i.e. compacted on the device) and are scattered back.
     x, cond, n_disc, ok, residual, nonfinite, asym = _stage(xp, stages[0], cond_max)(
         Af, bf, n, assume_symmetric, True)
-    if check_finite and bool(nonfinite.any()):
-        C.check_finite_batch([A, b], batch, ["A", "b"])                # raises, naming the first system
-    if not assume_symmetric and bool((~nonfinite & (asym > C.SYMMETRY_RTOL * np.finfo(dt).eps)).any()):
-        C.check_symmetric(A)                                           # raises, naming the first system
+    C.raise_for_screening(A, [A, b], ["A", "b"], nonfinite, asym, check_finite, assume_symmetric)
     ok &= ~nonfinite
     code = xp.full(B, STAGES.index(stages[0]), dtype=np.int8)
     breakdown = (~ok & ~nonfinite) if stages[0] == "ldlt" else xp.zeros(B, dtype=bool)

@@ -381,12 +381,8 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
 
         if n > _gpu.MAX_N:
             raise ValueError(f"n = {n} is larger than the GPU kernels' limit of {_gpu.MAX_N}")
-        xp = get_array_module(A)
-        w, N, nonfinite, asym = _gpu.eigh_small(xp.ascontiguousarray(C.flatten_batch(A, 2)))
-        if check_finite and bool(nonfinite.any()):                     # screened by the kernel
-            C.check_finite_batch([A], batch, ["A"])
-        if not assume_symmetric and bool((~nonfinite & (asym > C.SYMMETRY_RTOL * np.finfo(A.dtype).eps)).any()):
-            C.check_symmetric(A)
+        w, N, nonfinite, asym = _gpu.eigh_small(get_array_module(A).ascontiguousarray(C.flatten_batch(A, 2)))
+        C.raise_for_screening(A, [A], ["A"], nonfinite, asym, check_finite, assume_symmetric)  # kernel-screened
         return w.reshape(batch + (n,)), N.reshape(A.shape)
     A, batch, n = C.check_symmetric_input(A, "eigh_small", check_finite, assume_symmetric)
     w, N = C.map_chunks(_eigh_small_bl, (C.flatten_batch(A, 2),), n)
