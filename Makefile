@@ -11,9 +11,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# Until the CVA engine lands, `make run` runs the small-systems benchmark on the CPU at a small size.
+# `make run`: the quickstart CVA on the default backend (auto: the GPU if CuPy finds one, else the CPU).
 run: $(VENV)/.installed
-	$(PY) benchmarks/bench_small.py --batch 20000 --sizes 8 16 32 --repeat 1
+	$(VENV)/bin/cva run configs/quickstart.yaml
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check linalg_gpu cva tests benchmarks

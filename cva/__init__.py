@@ -1,7 +1,26 @@
-"""cva: the nested Monte Carlo CVA engine (model, products, LSM, nested engine, reports).
+"""cva: the nested Monte Carlo CVA engine on :mod:`linalg_gpu`.
 
-Only the package exists so far; the engine arrives with the market/LSM and CVA issues
-(see the README's status table). It builds on :mod:`linalg_gpu`.
+``cva.run(config)`` runs the nested Monte Carlo CVA and writes the run directory;
+``cva.price(config)`` prices each contract of a config at t = 0 (plain Longstaff-Schwartz);
+the pieces are :mod:`cva.model` (correlated Black-Scholes), :mod:`cva.products`,
+:mod:`cva.basis`, :mod:`cva.lsm` and :mod:`cva.rng` (keyed Philox streams).
 """
 
 __version__ = "0.1.0"
+
+
+def price(config, backend=None, paths=None, out_of_sample=None):
+    """The t = 0 price of each contract of ``config``; see :func:`cva.pricing.price`."""
+    from cva.pricing import price as _price
+
+    return _price(config, backend=backend, paths=paths, out_of_sample=out_of_sample)
+
+
+def run(config, out=None, backend=None, resume=False, chunk=None, progress=True):
+    """The nested Monte Carlo CVA of ``config``; see :func:`cva.nested.run`."""
+    from cva.nested import run as _run
+
+    return _run(config, out=out, backend=backend, resume=resume, chunk=chunk, progress=progress)
+
+
+__all__ = ["price", "run"]

@@ -13,6 +13,7 @@ they were well conditioned, or goes straight to the truncated eigen-solve when t
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,6 +138,17 @@ class SolverMemory:
 
     def __contains__(self, key):
         return key in self._last
+
+    def state(self) -> dict:
+        """A JSON-serializable copy of what is remembered (keys as given; use str keys to serialize)."""
+        return {"threshold": self.threshold, "last": copy.deepcopy(self._last)}
+
+    @classmethod
+    def from_state(cls, state) -> SolverMemory:
+        """The memory saved by :meth:`state` (e.g. to resume an interrupted run bitwise)."""
+        mem = cls(state["threshold"])
+        mem._last = copy.deepcopy(state["last"])
+        return mem
 
     def __repr__(self):
         return f"SolverMemory(threshold={self.threshold}, keys={len(self._last)})"

@@ -1,0 +1,187 @@
+"""The ``cva`` command line: ``cva run CONFIG``, ``cva price CONFIG`` and ``cva validate CONFIG``.
+
+A user's mistake (a bad path, an invalid config, a bad option value) exits with status 2 and one
+line per problem on stderr, without a traceback; Ctrl-C exits with 130. This module only wires
+:mod:`cva.config` to the engines; the engines are imported when a command needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from cva import __version__
+from cva.config import ConfigError, load_config
+
+EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
+
+
+class _UsageError(Exception):
+    """A mistake on the command line itself; the message is one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors raised as ``_UsageError`` instead of exiting."""
+
+    def error(self, message):
+        raise _UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _paths(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text!r}") from None
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {n}")
+    return n
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog="cva", description="Nested Monte Carlo CVA for portfolios with Bermudan contracts.")
+    parser.add_argument("--version", action="version", version=f"cva {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("run", help="nested Monte Carlo CVA of the netting set; writes the run directory",
+                       description="Run the nested Monte Carlo CVA of CONFIG and write summary.json, exposures.csv, "
+                                   "solver_stats.csv, plots and report.html to the run directory.")
+    p.add_argument("config", metavar="CONFIG", help="the YAML configuration")
+    p.add_argument("--out", metavar="DIR", help="the run directory (default: output.dir, else reports/<run.name>)")
+    p.add_argument("--backend", choices=("auto", "cpu", "gpu"), help="override run.backend")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in the run directory")
+    p.add_argument("--chunk", type=_paths, metavar="N", help="outer paths per chunk (default: from free memory)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("validate", help="check a configuration file and print its summary",
+                       description="Check CONFIG; print 'CONFIG: ok (summary)' or one line per problem.")
+    p.add_argument("config", metavar="CONFIG", help="the YAML configuration")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("price", help="price every contract at t = 0 by plain LSM (ignores the counterparty)",
+                       description="Price every contract of CONFIG at t = 0 by Longstaff-Schwartz on "
+                                   "simulation.pricing_paths paths.")
+    p.add_argument("config", metavar="CONFIG", help="the YAML configuration")
+    p.add_argument("--json", metavar="FILE", help="also write the prices and the run's metadata as JSON")
+    p.add_argument("--backend", choices=("auto", "cpu", "gpu"), help="override run.backend")
+    p.add_argument("--paths", type=_paths, metavar="N", help="override simulation.pricing_paths")
+    p.add_argument("--out-of-sample", action="store_true", default=None,
+                   help="also price with the LSM policy on an independent path set (low-biased price)")
+    p.set_defaults(func=_cmd_price)
+    return parser
+
+
+def _cmd_validate(args) -> int:
+    config = load_config(args.config)
+    print(f"{args.config}: ok ({config.summary()})")
+    return EXIT_OK
+
+
+def _check_backend(backend, args, config):
+    from cva.backend import resolve_backend  # imported only when used: it pulls in the engine
+
+    try:
+        resolve_backend(backend)                                   # no GPU for `gpu` is the user's mistake
+    except ValueError as exc:
+        where = f"--backend {backend}" if args.backend else f"{args.config}: run.backend"
+        raise _UsageError(f"{where}: {exc}") from None
+
+
+def _cmd_run(args) -> int:
+    config = load_config(args.config)
+    config.require_counterparty()
+    backend = args.backend or config.run.backend
+    _check_backend(backend, args, config)
+    from cva.nested import ResumeError, run
+
+    try:
+        result = run(config, out=args.out, backend=backend, resume=args.resume, chunk=args.chunk)
+    except ResumeError as exc:
+        raise _UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        out = args.out or config.output.dir or f"reports/{config.run.name}"
+        print(f"cva: interrupted; the finished chunks are saved: continue with "
+              f"cva run {args.config} --out {out} --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    lo, hi = result.ci
+    print(f"CVA = {result.cva:.6g} +- {result.stderr:.3g} (95% interval [{lo:.6g}, {hi:.6g}]); "
+          f"EPE {result.summary['EPE']:.6g}, EEPE {result.summary['EEPE']:.6g}; "
+          f"{result.summary['elapsed_seconds']:.1f} s on {result.summary['device']}")
+    print(f"report: {result.out_dir / 'report.html'}")
+    return EXIT_OK
+
+
+def _cmd_price(args) -> int:
+    config = load_config(args.config)
+    if args.json is not None:
+        parent = Path(args.json).resolve().parent
+        if not parent.is_dir():
+            raise _UsageError(f"--json {args.json}: the directory {parent} does not exist")
+    backend = args.backend or config.run.backend
+    paths = args.paths or config.simulation.pricing_paths
+    out_of_sample = config.simulation.out_of_sample if args.out_of_sample is None else args.out_of_sample
+
+    _check_backend(backend, args, config)
+    from cva.pricing import price
+
+    df = price(config, backend=backend, paths=paths, out_of_sample=out_of_sample)
+    used = df.attrs.get("backend", backend) if hasattr(df, "attrs") else backend
+    header = (f"{config.run.name}: {len(config.portfolio)} contract(s), LSM on {paths} paths, backend {used}, "
+              f"{config.run.dtype}, seed {config.run.seed}" + (", out of sample" if out_of_sample else ""))
+    print(header)
+    print(df.to_string(index=False, float_format=lambda x: f"{x:.6f}"))
+    if args.json is not None:
+        document = {
+            "config": str(args.config),
+            "run": config.run.name,
+            "backend": used,
+            "paths": paths,
+            "out_of_sample": out_of_sample,
+            "dtype": config.run.dtype,
+            "seed": config.run.seed,
+            "basis": config.simulation.basis,
+        }
+        for key, value in getattr(df, "attrs", {}).items():           # the pricer's metadata (timing, solver)
+            if key not in document:
+                try:
+                    document[key] = json.loads(json.dumps(value))
+                except (TypeError, ValueError):
+                    document[key] = str(value)
+        document["prices"] = json.loads(df.to_json(orient="records"))
+        try:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(document, fh, indent=2)
+                fh.write("\n")
+        except OSError as exc:
+            raise _UsageError(f"--json {args.json}: cannot write: {exc.strerror or exc}") from None
+        print(f"wrote {args.json}")
+    return EXIT_OK
+
+
+def main(argv=None) -> int:
+    """Run the ``cva`` command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = _build_parser()
+    args = None
+    try:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:                                  # --help, --version
+            return exc.code if isinstance(exc.code, int) else EXIT_OK
+        return args.func(args)
+    except ConfigError as exc:
+        source = getattr(args, "config", None) or exc.source
+        for problem in exc.problems:
+            print(f"{source}: {problem}" if source else problem, file=sys.stderr)
+        return EXIT_USAGE
+    except _UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("cva: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,833 @@
+"""YAML -> validated, typed run configuration.
+
+``load_config`` reads a YAML file (or takes a mapping) and returns a frozen :class:`Config`; a
+user's mistakes come back all at once as a :class:`ConfigError` whose ``problems`` are lines of
+the form ``"dotted.key.path: what is wrong (and the fix)"``, e.g.::
+
+    market.vols: unknown key (did you mean 'vol'?)
+    portfolio[0].strike: must be > 0, got -5
+    simulation.basis: laguerre needs a single asset (d = 1) but the market has d = 3: use linear or quadratic
+
+The schema is the one of ``DESIGN.md`` (section "Configuration"). After validation everything is
+normalized: per-asset market data are tuples of length ``d``, every contract has its index, a
+name, its weights (basket) and its number of exercise dates, and the output directory is set.
+
+How the problems are collected: every section is a pydantic model derived from ``_Section``,
+whose wrap validator (i) reports unknown keys with a suggestion, (ii) runs the section's
+cross-field checks on the raw input (``_prepare``), (iii) lets pydantic validate the fields and
+turns its errors into short sentences, and (iv) raises all of them together, so that the
+enclosing section collects them with their full paths. Checks that depend on the number of
+assets d (asset indices, weight lengths, the Laguerre basis) run at the top level with d
+inferred from the raw market section, so they are reported even when other keys are wrong.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal
+
+import numpy as np
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from cva.model import correlation_matrix
+
+__all__ = [
+    "Config", "ConfigError", "Contract", "Counterparty", "Hazards", "Market", "Output", "Regression", "Run",
+    "Simulation", "SqrtOuter", "load_config", "validate_config",
+]
+
+#: Exercise dates per year of an American contract without ``exercise_dates``.
+AMERICAN_DATES_PER_YEAR = 50
+
+_ERR = "cva_config"                 # pydantic error type of the problems written here
+
+
+class ConfigError(ValueError):
+    """An invalid configuration: every problem found, one sentence each.
+
+    Attributes
+    ----------
+    problems : list of str
+        ``"dotted.key.path: what is wrong (and the fix)"``, in the order of the schema; problems of
+        the file itself (missing, unreadable, not YAML) have no key.
+    source : str or None
+        The file the configuration came from, if any.
+
+    ``str()`` gives the problems one per line, each prefixed with ``source`` when there is one.
+    """
+
+    def __init__(self, problems, source: str | None = None):
+        self.problems = [str(p) for p in problems]
+        self.source = None if source is None else str(source)
+        super().__init__("\n".join(self.problems))
+
+    def __str__(self) -> str:
+        if self.source is None:
+            return "\n".join(self.problems)
+        return "\n".join(f"{self.source}: {p}" for p in self.problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# problems: how pydantic's errors become sentences
+
+
+def _fail(msg: str) -> PydanticCustomError:
+    """The error to raise from a validator for one problem at the validated key."""
+    return PydanticCustomError(_ERR, "{msg}", {"msg": msg})
+
+
+def _detail(loc, msg: str) -> dict:
+    """One problem at ``loc`` (relative to the model being validated), for ``from_exception_data``."""
+    return {"type": _fail(msg), "loc": tuple(loc), "input": None}
+
+
+def _show(v) -> str:
+    """A user's value as it appears in a message."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, Mapping):
+        return "a mapping"
+    if isinstance(v, (list, tuple)):
+        return "a list"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def _suggest(word, choices) -> str:
+    match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _unknown_key(key, keys) -> str:
+    hint = _suggest(key, keys)
+    return "unknown key" + (hint or f" (allowed: {', '.join(keys)})")
+
+
+def _friendly(err: dict, descriptions: Mapping[str, str] | None = None) -> tuple[tuple, str]:
+    """(loc, sentence) for one of pydantic's error dicts."""
+    loc, kind, inp, ctx = tuple(err["loc"]), err["type"], err.get("input"), err.get("ctx") or {}
+    if kind == _ERR:
+        return loc, ctx["msg"]
+    prefix = ""
+    if loc and loc[-1] == "[key]":                     # a bad key of a mapping (cds_spreads tenor)
+        loc, prefix = loc[:-1], "key "
+    got = f", got {_show(inp)}"
+    if kind == "missing":
+        desc = (descriptions or {}).get(loc[-1]) if len(loc) == 1 else None
+        msg = "required" + (f": {desc}" if desc else "")
+    elif kind == "extra_forbidden":
+        msg = "unknown key"
+    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        op, bound = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"),
+                     "less_than": ("<", "lt"), "less_than_equal": ("<=", "le")}[kind]
+        msg = f"must be {op} {_show(ctx[bound])}{got}"
+    elif kind in ("int_type", "int_parsing", "int_from_float", "int_parsing_size"):
+        msg = f"must be an integer{got}"
+    elif kind in ("float_type", "float_parsing"):
+        msg = f"must be a number{got}"
+    elif kind == "finite_number":
+        msg = f"must be a finite number{got}"
+    elif kind in ("bool_type", "bool_parsing"):
+        msg = f"must be true or false{got}"
+    elif kind in ("string_type", "string_unicode"):
+        msg = f"must be a string{got}"
+    elif kind == "literal_error":
+        options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        msg = f"must be one of {', '.join(options)}{got}" + (_suggest(inp, options) if isinstance(inp, str) else "")
+    elif kind in ("list_type", "tuple_type", "iterable_type"):
+        msg = f"must be a list{got}"
+    elif kind in ("dict_type", "model_type", "model_attributes_type", "mapping_type"):
+        msg = f"must be a mapping (key: value){got}"
+    elif kind == "too_short":
+        n = ctx.get("min_length", 1)
+        msg = f"must have at least {n} entr{'y' if n == 1 else 'ies'}, got {ctx.get('actual_length', 0)}"
+    elif kind == "too_long":
+        msg = f"must have at most {ctx.get('max_length')} entries, got {ctx.get('actual_length')}"
+    elif kind == "string_too_short":
+        msg = "must not be empty"
+    elif kind in ("value_error", "assertion_error"):
+        msg = str(ctx.get("error", err.get("msg", "invalid value")))
+    else:
+        text = str(err.get("msg", "invalid value"))
+        msg = text[:1].lower() + text[1:] + got
+    return loc, prefix + msg
+
+
+def _dotted(loc) -> str:
+    """``('portfolio', 1, 'strike')`` -> ``'portfolio[1].strike'``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors():
+        loc, msg = _friendly(err)
+        line = f"{_dotted(loc)}: {msg}" if loc else msg
+        if line not in out:
+            out.append(line)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# value types
+
+
+def _no_bool(v):
+    if isinstance(v, bool):
+        raise _fail(f"must be a number, got {_show(v)}")
+    return v
+
+
+def _no_bool_int(v):
+    if isinstance(v, bool):
+        raise _fail(f"must be an integer, got {_show(v)}")
+    return v
+
+
+Num = Annotated[float, BeforeValidator(_no_bool), Field(allow_inf_nan=False)]
+Int = Annotated[int, BeforeValidator(_no_bool_int)]
+
+
+def _per_asset(**bounds):
+    """A number or a non-empty list of numbers, each within ``bounds``, as a tuple (length 1 for a
+    number: ``Market`` broadcasts it to d)."""
+    item = Annotated[float, BeforeValidator(_no_bool), Field(allow_inf_nan=False, **bounds)]
+    one = TypeAdapter(item)
+
+    def as_list(v):
+        return v if isinstance(v, (list, tuple)) else [one.validate_python(v)]
+
+    return Annotated[tuple[item, ...], Field(min_length=1), BeforeValidator(as_list)]
+
+
+_PositivePerAsset = _per_asset(gt=0)
+_NonnegativePerAsset = _per_asset(ge=0)
+_PerAsset = _per_asset()
+
+
+
+def _parse_correlation(v):
+    """(value, None) with value a float or a tuple of row tuples, or (None, why) for a wrong type."""
+    def number(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    if number(v):
+        return (float(v), None) if math.isfinite(v) else (None, f"must be finite, got {v}")
+    if isinstance(v, (list, tuple)) and v and all(isinstance(r, (list, tuple)) for r in v):
+        if not all(number(x) for r in v for x in r):
+            return None, "matrix entries must be numbers"
+        if len({len(r) for r in v}) != 1:
+            return None, f"matrix rows have different lengths {[len(r) for r in v]}"
+        return tuple(tuple(float(x) for x in r) for r in v), None
+    return None, f"must be a number (equicorrelation) or a d x d matrix (a list of rows), got {_show(v)}"
+
+
+def _market_d(raw: Mapping) -> tuple[int | None, list[tuple[tuple, str]]]:
+    """The number of assets d from the raw market section, and the problems if it is ambiguous.
+
+    d is the common length of the per-asset lists (spot, vol, dividend), else ``assets``, else 1;
+    None when it cannot be told (lists of different lengths, ``assets`` contradicting them).
+    """
+    lengths = {k: len(raw[k]) for k in ("spot", "vol", "dividend")
+               if isinstance(raw.get(k), (list, tuple)) and len(raw[k]) > 0}
+    assets = raw.get("assets")
+    assets = assets if isinstance(assets, int) and not isinstance(assets, bool) and assets >= 1 else None
+    if len(set(lengths.values())) > 1:
+        given = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+        return None, [((), f"per-asset lists have different lengths ({given} entries): give each of them "
+                           "one entry per asset, or a single number for all assets")]
+    if lengths:
+        n = next(iter(lengths.values()))
+        if assets is not None and assets != n:
+            keys = " and ".join(lengths)
+            return None, [(("assets",), f"{assets} contradicts the {n} entries of {keys}: "
+                                        f"drop assets or make them agree")]
+        return n, []
+    if "assets" in raw and raw["assets"] is not None and assets is None:
+        return None, []                                          # invalid `assets`: its field reports it
+    return assets or 1, []
+
+
+# ---------------------------------------------------------------------------------------------
+# the sections
+
+
+class _Section(BaseModel):
+    """Base of every section: unknown keys with suggestions, cross-field checks and friendly
+    messages, all problems of the section raised together (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    #: Fields that are filled in by the validation and are not keys a user may write.
+    _internal: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def _keys(cls) -> list[str]:
+        return [f.alias or name for name, f in cls.model_fields.items() if name not in cls._internal]
+
+    @classmethod
+    def _prepare(cls, data: dict) -> tuple[dict, list[tuple[tuple, str]]]:
+        """Cross-field checks on the raw input; may rewrite it (and drops what it reported)."""
+        return data, []
+
+    @classmethod
+    def _loc(cls, loc: tuple) -> tuple:
+        """Where a field's error is shown to the user (for internal fields)."""
+        return loc
+
+    def _finish(self) -> None:
+        """Normalization once every field is valid (sets fields with ``_set``)."""
+
+    def _set(self, **values) -> None:
+        for k, v in values.items():
+            object.__setattr__(self, k, v)                       # frozen for users, not for us
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _validate_all(cls, data, handler):
+        if isinstance(data, cls):
+            return data
+        problems: list[tuple[tuple, str]] = []
+        if isinstance(data, Mapping):
+            keys = cls._keys()
+            clean = {}
+            for k, v in data.items():
+                if k in keys:
+                    clean[k] = v
+                else:
+                    problems.append(((str(k),), _unknown_key(k, keys)))
+            data, more = cls._prepare(clean)
+            problems += more
+        result = None
+        try:
+            result = handler(data)
+        except ValidationError as exc:
+            descriptions = {f.alias or name: f.description for name, f in cls.model_fields.items() if f.description}
+            errors = exc.errors()
+            # pydantic adds "too short" to a list whose entries failed: keep only the entries' problems
+            deeper = {tuple(e["loc"][:k]) for e in errors for k in range(len(e["loc"]))}
+            found = [_friendly(err, descriptions) for err in errors
+                     if not (err["type"] == "too_short" and tuple(err["loc"]) in deeper)]
+            problems = [(cls._loc(loc), msg) for loc, msg in found] + problems
+        if problems:
+            problems.sort(key=lambda p: _schema_order(cls, p[0]))
+            raise ValidationError.from_exception_data(cls.__name__, [_detail(loc, msg) for loc, msg in problems])
+        result._finish()
+        return result
+
+
+def _section_in(annotation):
+    """The ``_Section`` class inside a field's annotation (``Contract`` for ``tuple[Contract, ...]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, _Section):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _section_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _schema_order(cls, loc) -> tuple:
+    """Sort key of a problem: the position of each key in its section (unknown keys last), list indices."""
+    key, model = [-1], cls
+    for part in loc:
+        if isinstance(part, int):
+            key.append(part)
+            continue
+        keys = model._keys() if model is not None else []
+        key.append(keys.index(part) if part in keys else len(keys))
+        field = model.model_fields.get(part) if model is not None else None
+        model = _section_in(field.annotation) if field is not None else None
+    return tuple(key)
+
+
+class Run(_Section):
+    """``run``: name, seed, backend and dtype of the run."""
+
+    name: str = Field("run", min_length=1, description="the run's name (names the output directory)")
+    seed: Int = Field(0, ge=0, lt=2**32)
+    backend: Literal["auto", "cpu", "gpu"] = "auto"
+    dtype: Literal["float32", "float64"] = "float64"
+
+
+class Market(_Section):
+    """``market``: d correlated Black-Scholes assets.
+
+    After validation ``spot``, ``vol`` and ``dividend`` are tuples of length ``d`` (= ``assets``)
+    and ``correlation`` is a float (equicorrelation) or a d x d tuple of rows.
+    """
+
+    spot: _PositivePerAsset = Field(
+        description="spot price S0 > 0: one number, or a list with one entry per asset")
+    vol: _NonnegativePerAsset = Field(
+        description="volatility >= 0: one number, or a list with one entry per asset")
+    rate: Num = 0.0
+    dividend: _PerAsset = (0.0,)
+    correlation: float | tuple[tuple[float, ...], ...] = 0.0
+    assets: Int | None = Field(None, ge=1)
+
+    @classmethod
+    def _prepare(cls, data):
+        d, problems = _market_d(data)
+        if "correlation" in data:
+            value, why = _parse_correlation(data["correlation"])
+            if value is not None and d is not None:
+                try:
+                    correlation_matrix(value, d)
+                except ValueError as exc:
+                    why = str(exc)
+                    if d == 1 and not isinstance(value, float):
+                        why += " (with one asset; give per-asset lists or `assets: d` for more)"
+            if why is not None:
+                problems.append((("correlation",), why))
+                data = {k: v for k, v in data.items() if k != "correlation"}
+            else:
+                data = {**data, "correlation": value}
+        return data, problems
+
+    def _finish(self):
+        d = self.assets or max(len(self.spot), len(self.vol), len(self.dividend))
+
+        def full(t):
+            return tuple(t) if len(t) == d else tuple(t) * d
+
+        self._set(spot=full(self.spot), vol=full(self.vol), dividend=full(self.dividend), assets=d)
+
+    @property
+    def d(self) -> int:
+        """The number of assets."""
+        return self.assets
+
+    @property
+    def correlation_matrix(self) -> np.ndarray:
+        """The d x d correlation matrix (a new array each call)."""
+        return correlation_matrix(self.correlation, self.d)
+
+
+class Contract(_Section):
+    """One contract of ``portfolio``.
+
+    ``underlying`` is ``"basket"``, ``"max"``, ``"min"`` or ``"asset"`` (then ``asset`` is the
+    index; the YAML form is ``underlying: {asset: i}``). ``weights`` is a tuple of d floats for a
+    basket (default all ones), else None; the basket value is ``sum(w S) / sum(w)``.
+    ``exercise_dates`` is the number m of equally spaced exercise dates on (0, maturity]
+    (1 for european). ``index`` is the position in the portfolio.
+    """
+
+    _internal = frozenset({"index", "asset"})
+
+    style: Literal["european", "bermudan", "american"] = Field(description="european, bermudan or american")
+    payoff: Literal["call", "put"] = Field(description="call or put")
+    underlying: Literal["basket", "max", "min", "asset"] = Field(description="basket, max, min or {asset: i}")
+    asset: Int | None = Field(None, ge=0, validate_default=True)
+    weights: Annotated[tuple[Num, ...], Field(min_length=1)] | None = None
+    strike: Num = Field(gt=0, description="the strike K > 0")
+    maturity: Num = Field(gt=0, description="the maturity T > 0, in years")
+    exercise_dates: Int | None = Field(None, ge=1, validate_default=True)
+    quantity: Num = 1.0
+    name: str | None = Field(None, min_length=1)
+    index: int = 0
+
+    @classmethod
+    def _prepare(cls, data):
+        problems = []
+        u = data.get("underlying")
+        if isinstance(u, Mapping):
+            for k in u:
+                if k != "asset":
+                    problems.append((("underlying", str(k)), _unknown_key(k, ["asset"])))
+            data = {**data, "underlying": "asset", "asset": u.get("asset")}
+        return data, problems
+
+    @classmethod
+    def _loc(cls, loc):
+        return ("underlying", *loc) if loc and loc[0] == "asset" else loc
+
+    @field_validator("asset")
+    @classmethod
+    def _asset_given(cls, v, info: ValidationInfo):
+        if v is None and info.data.get("underlying") == "asset":
+            raise _fail("required: write underlying: {asset: i} with i the index of the asset (from 0)")
+        return v
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_basket(cls, v, info: ValidationInfo):
+        u = info.data.get("underlying")
+        if v is not None and u is not None and u != "basket":
+            raise _fail(f"weights apply only to underlying: basket (this contract's underlying is {u}): remove them")
+        if v is not None and abs(math.fsum(v)) <= 1e-12 * math.fsum(abs(w) for w in v):
+            raise _fail("must not sum to zero: the basket is the weighted average sum(w S) / sum(w)")
+        return v
+
+    @field_validator("exercise_dates")
+    @classmethod
+    def _exercise_for_style(cls, v, info: ValidationInfo):
+        style = info.data.get("style")
+        if style == "european":
+            if v not in (None, 1):
+                raise _fail(f"a european contract exercises only at maturity, got {v} dates: "
+                            "remove exercise_dates or use style: bermudan")
+            return 1
+        if style == "bermudan" and v is None:
+            raise _fail("required for style: bermudan: the number m of equally spaced exercise dates on "
+                        "(0, maturity]")
+        if style == "american" and v is None and info.data.get("maturity") is not None:
+            return max(1, math.ceil(AMERICAN_DATES_PER_YEAR * info.data["maturity"] - 1e-9))
+        return v
+
+    @field_validator("quantity")
+    @classmethod
+    def _nonzero(cls, v):
+        if v == 0:
+            raise _fail("must be nonzero: positive for a long position, negative for a short one")
+        return v
+
+    @property
+    def n_exercise(self) -> int:
+        """The number m of exercise dates (1 for european)."""
+        return self.exercise_dates
+
+    def exercise_times(self) -> np.ndarray:
+        """The m exercise dates ``maturity * (1..m) / m``, shape (m,), float64."""
+        m = self.exercise_dates
+        return self.maturity * np.arange(1, m + 1, dtype=np.float64) / m
+
+    @property
+    def description(self) -> str:
+        """``"bermudan put basket"``, ``"european call asset 0"``, ..."""
+        u = f"asset {self.asset}" if self.underlying == "asset" else self.underlying
+        return f"{self.style} {self.payoff} {u}"
+
+
+class Hazards(_Section):
+    """``counterparty.hazards``: a piecewise-constant hazard rate, ``rates[k]`` up to ``times[k]``."""
+
+    times: Annotated[tuple[Annotated[Num, Field(gt=0)], ...], Field(min_length=1)]
+    rates: Annotated[tuple[Annotated[Num, Field(ge=0)], ...], Field(min_length=1)]
+
+    @field_validator("times")
+    @classmethod
+    def _increasing(cls, v):
+        for k in range(1, len(v)):
+            if v[k] <= v[k - 1]:
+                raise _fail(f"must be increasing: entry [{k}] = {v[k]} follows {v[k - 1]}")
+        return v
+
+    @field_validator("rates")
+    @classmethod
+    def _same_length(cls, v, info: ValidationInfo):
+        times = info.data.get("times")
+        if times is not None and len(times) != len(v):
+            raise _fail(f"has {len(v)} entries but times has {len(times)}: give one rate per time")
+        return v
+
+
+class Counterparty(_Section):
+    """``counterparty``: recovery and exactly one of ``hazard_rate``, ``hazards``, ``cds_spreads``."""
+
+    recovery: Num = Field(0.4, ge=0, lt=1)
+    hazard_rate: Annotated[Num, Field(ge=0)] | None = None
+    hazards: Hazards | None = None
+    cds_spreads: Annotated[dict[Annotated[Num, Field(gt=0)], Annotated[Num, Field(ge=0)]],
+                           Field(min_length=1)] | None = None
+
+    _SPECS: ClassVar[tuple[str, ...]] = ("hazard_rate", "hazards", "cds_spreads")
+
+    @classmethod
+    def _prepare(cls, data):
+        given = [k for k in cls._SPECS if data.get(k) is not None]
+        if not given:
+            return data, [((), "give one of hazard_rate (flat, e.g. 0.02), hazards ({times: [...], rates: [...]}) "
+                               "or cds_spreads ({tenor: spread})")]
+        if len(given) > 1:
+            return data, [((), f"give only one of hazard_rate, hazards, cds_spreads; got {' and '.join(given)}")]
+        return data, []
+
+    def _finish(self):
+        if self.cds_spreads is not None:
+            self._set(cds_spreads=dict(sorted(self.cds_spreads.items())))
+
+    @property
+    def kind(self) -> str:
+        """``"flat"`` (hazard_rate), ``"piecewise"`` (hazards) or ``"cds"`` (cds_spreads)."""
+        return "flat" if self.hazard_rate is not None else "piecewise" if self.hazards is not None else "cds"
+
+
+class SqrtOuter(_Section):
+    """``inner_paths: {sqrt_outer: c}``: c * sqrt(outer_paths) inner paths."""
+
+    sqrt_outer: Num = Field(gt=0)
+
+
+def _inner_paths(v):
+    if isinstance(v, SqrtOuter):
+        return v
+    if isinstance(v, Mapping):
+        return SqrtOuter.model_validate(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise _fail(f"must be an integer >= 2 or {{sqrt_outer: c}}, got {_show(v)}")
+    return _INNER_INT.validate_python(v)
+
+
+_INNER_INT = TypeAdapter(Annotated[int, Field(ge=2)])
+
+
+class Simulation(_Section):
+    """``simulation``: grid, path counts, regression basis and LSM options."""
+
+    dates: Int = Field(10, ge=1)
+    outer_paths: Int = Field(4096, ge=2)
+    pricing_paths: Int = Field(100_000, ge=2)
+    inner_paths: Annotated[int | SqrtOuter, BeforeValidator(_inner_paths)] = 256
+    basis: Literal["linear", "quadratic", "laguerre"] = "linear"
+    payoff_regressor: bool = False
+    itm_only: bool = True
+    antithetic: bool = False
+    out_of_sample: bool = False
+    chunk: Annotated[Int, Field(ge=1)] | None = None
+
+    def inner_paths_for(self, outer_paths: int | None = None) -> int:
+        """Inner paths per (outer path, date): the fixed count, or max(2, round(c sqrt(outer_paths)))."""
+        if isinstance(self.inner_paths, SqrtOuter):
+            n = self.outer_paths if outer_paths is None else outer_paths
+            return max(2, round(self.inner_paths.sqrt_outer * math.sqrt(n)))
+        return self.inner_paths
+
+
+class Regression(_Section):
+    """``regression``: options of ``linalg_gpu.solve_small`` for the LSM normal equations."""
+
+    method: Literal["auto", "ldlt", "householder_pcr", "eig_truncate"] = "auto"
+    cond_max: Num = Field(1e5, gt=1)
+    rtol: Annotated[Num, Field(gt=0)] | None = None
+
+
+class Output(_Section):
+    """``output``: the run directory (default ``reports/<run.name>``)."""
+
+    dir: str | None = Field(None, min_length=1)
+
+
+_OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output")
+
+
+class Config(_Section):
+    """A validated run configuration (see ``DESIGN.md``). Build it with :func:`load_config`."""
+
+    run: Run = Field(default_factory=Run)
+    market: Market = Field(description="the market section (spot, vol, rate, dividend, correlation)")
+    portfolio: Annotated[tuple[Contract, ...], Field(min_length=1)] = Field(
+        description="a list of contracts (style, payoff, underlying, strike, maturity, ...)")
+    counterparty: Counterparty | None = None
+    simulation: Simulation = Field(default_factory=Simulation)
+    regression: Regression = Field(default_factory=Regression)
+    output: Output = Field(default_factory=Output)
+
+    @classmethod
+    def _prepare(cls, data):
+        data = {k: v for k, v in data.items() if not (k in _OPTIONAL_SECTIONS and v is None)}
+        market = data.get("market")
+        d = _market_d(market)[0] if isinstance(market, Mapping) else None
+        problems = []
+        if d is None:
+            return data, problems
+        portfolio = data.get("portfolio")
+        for i, c in enumerate(portfolio if isinstance(portfolio, (list, tuple)) else []):
+            if not isinstance(c, Mapping):
+                continue
+            u = c.get("underlying")
+            a = u.get("asset") if isinstance(u, Mapping) else None
+            if isinstance(a, int) and not isinstance(a, bool) and a >= d:
+                problems.append((("portfolio", i, "underlying", "asset"),
+                                 f"{a} is out of range: the market has d = {d} asset{'s' if d > 1 else ''}, "
+                                 f"so use 0 <= asset <= {d - 1}"))
+            w = c.get("weights")
+            if isinstance(w, (list, tuple)) and len(w) > 0 and len(w) != d:
+                problems.append((("portfolio", i, "weights"),
+                                 f"has {len(w)} entries, expected one per asset (d = {d})"))
+        sim = data.get("simulation")
+        if isinstance(sim, Mapping) and sim.get("basis") == "laguerre" and d > 1:
+            problems.append((("simulation", "basis"),
+                             f"laguerre needs a single asset (d = 1) but the market has d = {d}: "
+                             "use linear or quadratic"))
+        return data, problems
+
+    def _finish(self):
+        d = self.market.d
+        contracts = []
+        for i, c in enumerate(self.portfolio):
+            weights = c.weights
+            if c.underlying == "basket" and weights is None:
+                weights = (1.0,) * d
+            contracts.append(c.model_copy(update={"index": i, "weights": weights,
+                                                  "name": c.name or f"{i}: {c.description}"}))
+        self._set(portfolio=tuple(contracts))
+        if self.output.dir is None:
+            self._set(output=self.output.model_copy(update={"dir": f"reports/{self.run.name}"}))
+
+    # -- derived quantities
+
+    @property
+    def d(self) -> int:
+        """The number of assets (``market.d``)."""
+        return self.market.d
+
+    @property
+    def horizon(self) -> float:
+        """T, the longest maturity of the portfolio."""
+        return max(c.maturity for c in self.portfolio)
+
+    def exposure_times(self) -> np.ndarray:
+        """The ``simulation.dates`` exposure dates ``T * (1..n) / n`` on (0, T], shape (n,)."""
+        n = self.simulation.dates
+        return self.horizon * np.arange(1, n + 1, dtype=np.float64) / n
+
+    def require_counterparty(self) -> Counterparty:
+        """The counterparty section; raises :class:`ConfigError` when it is missing (``cva run``)."""
+        if self.counterparty is None:
+            raise ConfigError(["counterparty: required for a CVA run: give recovery and one of hazard_rate, "
+                               "hazards or cds_spreads, e.g. {recovery: 0.4, hazard_rate: 0.02}"])
+        return self.counterparty
+
+    def summary(self) -> str:
+        """One line: name, d, contracts, dtype, backend."""
+        n = len(self.portfolio)
+        return (f"{self.run.name}: d = {self.d} asset{'s' if self.d > 1 else ''}, {n} contract{'s' if n > 1 else ''}, "
+                f"{self.run.dtype}, backend {self.run.backend}")
+
+    def to_dict(self) -> dict:
+        """The normalized configuration as plain YAML/JSON data, in the input's form (it loads again)."""
+        out = self.model_dump(mode="json", exclude_none=True)
+        for c in out["portfolio"]:
+            c.pop("index")
+            if c["underlying"] == "asset":
+                c["underlying"] = {"asset": c.pop("asset")}
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys and reads ``1e5`` as a number (YAML 1.2)."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    loader.flatten_mapping(node)
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            continue                                     # unhashable: construct_mapping reports it
+        if first is not None:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first at line {first + 1})",
+                                                    key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                              re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def _read_yaml(path: Path):
+    src = str(path)
+    if not path.exists():
+        raise ConfigError(["file not found"], src)
+    if path.is_dir():
+        raise ConfigError(["is a directory, not a YAML file"], src)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"cannot read the file: {getattr(exc, 'strerror', None) or exc}"], src) from None
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"invalid YAML{where}: {what}"], src) from None
+    if data is None:
+        raise ConfigError(["the file is empty: a configuration needs at least market and portfolio"], src)
+    return data
+
+
+def load_config(source) -> Config:
+    """The validated configuration from a YAML file, a mapping, or a :class:`Config` (returned as is).
+
+    Parameters
+    ----------
+    source : str, os.PathLike, Mapping or Config
+        A path to a YAML file, the parsed mapping, or a configuration.
+
+    Returns
+    -------
+    Config
+        Frozen and normalized (see the module docstring).
+
+    Raises
+    ------
+    ConfigError
+        With every problem found, each ``"key.path: what is wrong"``; also for a missing or
+        unreadable file, a YAML syntax error (with its line and column) and a top level that is
+        not a mapping.
+    TypeError
+        When ``source`` is none of the above (a programming error, not a user's).
+    """
+    if isinstance(source, Config):
+        return source
+    src = None
+    if isinstance(source, (str, os.PathLike)):
+        src = str(source)
+        data = _read_yaml(Path(source))
+    elif isinstance(source, Mapping):
+        data = source
+    else:
+        raise TypeError(f"load_config: source must be a path, a mapping or a Config, got {type(source).__name__}")
+    if not isinstance(data, Mapping):
+        raise ConfigError([f"the top level must be a mapping of sections ({', '.join(Config._keys())}), "
+                           f"got {_show(data)}"], src)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_problems(exc), src) from None
+
+
+def validate_config(source) -> list[str]:
+    """The problems of a configuration (``[]`` when it is valid); never raises for a user's mistake."""
+    try:
+        load_config(source)
+    except ConfigError as exc:
+        return exc.problems
+    except TypeError as exc:
+        return [str(exc)]
+    return []

@@ -1,0 +1,200 @@
+"""Longstaff-Schwartz backward induction on a batch of independent path sets.
+
+Longstaff & Schwartz (2001), "Valuing American options by simulation: a simple least-squares
+approach", RFS 14(1): at each exercise date, from the last but one backwards, the discounted
+future cashflow of each path is regressed on the basis psi(S) over the in-the-money paths; a
+path exercises where its exercise value is positive and at least the fitted continuation value.
+
+The batch dimension B holds independent path sets (one per outer path and date in the nested
+engine of paper 001, section 2; B = 1 for a plain price). Each date's B regressions are one
+batch of p x p normal equations
+
+    A = (1/M) sum_m w_m psi_m psi_m^T,   b = (1/M) sum_m w_m psi_m V_m,   w_m = 1[h(S_m) > 0],
+
+assembled by batched matrix products on the arrays' device and solved by
+:func:`linalg_gpu.solve_small` (method, cond_max, rtol from the config; the solver report of
+each date is kept). Like tf-quant-finance's ``least_square_mc``, the algorithm knows neither
+model nor product: it takes the paths and two functions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import linalg_gpu as lg
+from linalg_gpu._backend import get_array_module
+
+
+@dataclass
+class LSMResult:
+    """The outcome of :func:`longstaff_schwartz` for B path sets of M paths.
+
+    Attributes
+    ----------
+    value : (B,) mean discounted cashflow at t0 (the price estimate of each path set).
+    stderr : (B,) its Monte Carlo standard error, std(cashflow) / sqrt(M).
+    cashflow : (B, M) discounted cashflow of each path at t0.
+    coefficients : per exercise date but the last, the (B, p) regression coefficients (the policy).
+    reports : per exercise date but the last, the :class:`linalg_gpu.SolverReport`.
+    conditions : per exercise date but the last, sampled condition numbers (host arrays), if asked.
+    exercised : (N,) fraction of all paths that exercise at each date.
+    """
+
+    value: object
+    stderr: object
+    cashflow: object
+    coefficients: list = field(default_factory=list)
+    reports: list = field(default_factory=list)
+    conditions: list = field(default_factory=list)
+    exercised: np.ndarray | None = None
+
+
+def _check(S, times, t0):
+    xp = get_array_module(S)
+    if S.ndim != 4:
+        raise ValueError(f"S must have shape (B, M, N, d), got {S.shape}")
+    times = np.asarray(times, dtype=float)
+    if times.shape != (S.shape[2],) or np.any(np.diff(times) <= 0) or times[0] < t0:
+        raise ValueError(f"times must be {S.shape[2]} increasing exercise dates >= t0 = {t0}, got {times}")
+    return xp, times
+
+
+def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=None, itm_only=True,
+                       memory=None, keys=None, timings=None, condition_sample=0):
+    """Price the Bermudan claim with exercise dates ``times`` on each of B path sets.
+
+    Parameters
+    ----------
+    S : array (B, M, N, d), numpy or cupy
+        Asset prices of M paths per set at the N exercise dates (the last is the maturity).
+    times : (N,) increasing floats, the exercise dates (absolute times, >= t0).
+    payoff_fn : callable, S (..., d) -> exercise value (...).
+    basis_fn : callable, (S (..., d), exercise value (...)) -> regressors (..., p).
+    rate : float, the flat continuously compounded rate.
+    t0 : float, the valuation time (the start of the paths).
+    solver : dict, optional
+        Keyword arguments of :func:`linalg_gpu.solve_small` (method, cond_max, rtol).
+    itm_only : bool, default True
+        Regress on the in-the-money paths only (Longstaff & Schwartz's choice).
+    memory : linalg_gpu.SolverMemory, optional
+        The paper's solver memory; its key per date is ``keys[j]`` (default: the date itself).
+    timings : dict, optional
+        Accumulates seconds per stage ("assembly": basis and normal equations, "solve",
+        "exercise"), synchronizing the device between stages (for benchmarks and reports).
+    condition_sample : int, default 0
+        Per date, the 2-norm condition numbers of the first this many regression matrices are
+        computed (eigenvalues by LAPACK / cuSOLVER) into ``result.conditions`` (paper 001, Fig. 2).
+
+    Returns
+    -------
+    LSMResult
+    """
+    xp, times = _check(S, times, t0)
+    B, M, N, _ = S.shape
+    solver = dict(solver or {})
+    keys = list(times) if keys is None else list(keys)
+    V = payoff_fn(S[:, :, N - 1])                                                   # (B, M)
+    exercised = np.zeros(N)
+    exercised[N - 1] = float((V > 0).mean())
+    coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
+    clock = StageClock(xp, timings)
+    for j in range(N - 2, -1, -1):
+        V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
+        h = payoff_fn(S[:, :, j])                                                   # (B, M)
+        X = basis_fn(S[:, :, j], h)                                                 # (B, M, p)
+        A, b = _normal_equations(xp, X, V, h > 0 if itm_only else None)             # (B, p, p), (B, p)
+        clock("assembly")
+        if condition_sample:
+            w = xp.linalg.eigvalsh(A[:condition_sample])                           # (k, p) ascending
+            conditions[j] = _host(xp.abs(w[:, -1]) / xp.abs(w[:, 0]))
+        kw = {"memory": memory, "key": keys[j]} if memory is not None else {}
+        beta, reports[j] = lg.solve_small(A, b, return_report=True, assume_symmetric=True, **solver, **kw)
+        clock("solve")
+        C = (X @ beta[..., None])[..., 0]                                           # (B, M) continuation
+        ex = (h > 0) & (h >= C)
+        exercised[j] = float(ex.mean())
+        V = xp.where(ex, h, V)
+        coefficients[j] = beta
+        clock("exercise")
+    V = V * S.dtype.type(np.exp(-rate * (times[0] - t0)))                          # (B, M) at t0
+    return LSMResult(value=V.mean(axis=1), stderr=V.std(axis=1, ddof=1) / np.sqrt(M), cashflow=V,
+                     coefficients=coefficients, reports=reports, conditions=conditions, exercised=exercised)
+
+
+class StageClock:
+    """Adds the seconds since the last call to ``timings[stage]`` (no-op without ``timings``)."""
+
+    def __init__(self, xp, timings):
+        self.xp, self.timings, self.t = xp, timings, time.perf_counter()
+
+    def __call__(self, stage):
+        if self.timings is None:
+            return
+        if self.xp is not np:
+            self.xp.cuda.Device().synchronize()
+        t = time.perf_counter()
+        self.timings[stage] = self.timings.get(stage, 0.0) + t - self.t
+        self.t = t
+
+    def skip(self):
+        """Restart the interval without booking it (the time was booked elsewhere)."""
+        if self.timings is not None:
+            if self.xp is not np:
+                self.xp.cuda.Device().synchronize()
+            self.t = time.perf_counter()
+
+
+def _normal_equations(xp, X, V, mask):
+    """The (B, p, p) normal equations of one date; a set with no regression path gets A = I, b = 0."""
+    B, M, p = X.shape
+    Xw = X if mask is None else X * mask[..., None]                                 # (B, M, p)
+    XwT = Xw.transpose(0, 2, 1)                                                     # (B, p, M)
+    A = (XwT @ X) / X.dtype.type(M)                                                 # (B, p, p)
+    b = (XwT @ V[..., None])[..., 0] / X.dtype.type(M)                             # (B, p)
+    if mask is not None:
+        empty = ~mask.any(axis=1)                                                   # (B,) no path in the money
+        if bool(empty.any()):
+            A = xp.where(empty[:, None, None], xp.eye(p, dtype=A.dtype), A)
+            b = xp.where(empty[:, None], 0, b)
+    return A, b
+
+
+def apply_policy(S, times, coefficients, payoff_fn, basis_fn, rate, *, t0=0.0):
+    """Discounted cashflows (B, M) of the exercise policy ``coefficients`` on new paths S.
+
+    The policy estimated by :func:`longstaff_schwartz` applied to an independent path set is
+    a low-biased estimator of the price (Longstaff & Schwartz 2001, section 3).
+    """
+    xp, times = _check(S, times, t0)
+    B, M, N, _ = S.shape
+    if len(coefficients) != N - 1:
+        raise ValueError(f"coefficients must have one entry per exercise date but the last ({N - 1})")
+    V = payoff_fn(S[:, :, N - 1])
+    for j in range(N - 2, -1, -1):
+        V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
+        h = payoff_fn(S[:, :, j])
+        C = (basis_fn(S[:, :, j], h) @ coefficients[j][..., None])[..., 0]
+        V = xp.where((h > 0) & (h >= C), h, V)
+    return V * S.dtype.type(np.exp(-rate * (times[0] - t0)))
+
+
+def report_summary(reports) -> list[dict]:
+    """Per date: systems, method counts, worst residual, discarded eigenvalues, failures."""
+    rows = []
+    for j, rep in enumerate(reports):
+        if rep is None:
+            continue
+        res = np.asarray(_host(rep.residual), dtype=float)
+        cond = np.asarray(_host(rep.cond_estimate), dtype=float)
+        rows.append({"date_index": j, "systems": int(res.size), **rep.counts(),
+                     "max_residual": float(np.nanmax(res)) if res.size else float("nan"),
+                     "max_cond": float(np.nanmax(cond)) if cond.size else float("nan"),
+                     "discarded": int(_host(rep.n_discarded).sum()), "failed": int((~_host(rep.ok)).sum())})
+    return rows
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)

@@ -1,0 +1,177 @@
+"""The market model: d correlated Black-Scholes assets, stepped exactly in log space.
+
+Under the risk-neutral measure with flat rate r, dividend yields q_i, vols sigma_i and
+correlation C,
+
+    S_i(t + h) = S_i(t) exp((r - q_i - sigma_i^2 / 2) h + sigma_i sqrt(h) (L z)_i),   L L^T = C,
+
+with z standard normal (from :mod:`cva.rng`). The step is exact for any h, so any grid works.
+The paper's Black-Scholes setting (section 2 of ``001_4133cfb59d0e090f.txt``) is the case of
+one vol and a scalar correlation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from linalg_gpu._backend import get_array_module
+
+#: Tolerances of the correlation checks: entries must be symmetric and the diagonal one to this
+#: absolute accuracy, and the smallest eigenvalue must not be below ``-PSD_TOL``.
+SYMMETRY_TOL = 1e-10
+PSD_TOL = 1e-10
+
+
+def correlation_matrix(corr, d: int) -> np.ndarray:
+    """The d x d correlation matrix from a scalar (equicorrelation) or a full matrix.
+
+    Raises
+    ------
+    ValueError
+        When the matrix has the wrong shape, is not symmetric, has a diagonal other than one,
+        has entries outside [-1, 1] or is not positive semi-definite; the message says which
+        and by how much.
+    """
+    if np.ndim(corr) == 0:
+        rho = float(corr)
+        if not np.isfinite(rho):
+            raise ValueError(f"correlation must be finite, got {rho}")
+        C = np.full((d, d), rho)
+        np.fill_diagonal(C, 1.0)
+        if d > 1 and not (-1.0 / (d - 1) - PSD_TOL <= rho <= 1.0):
+            raise ValueError(f"scalar correlation {rho} is not positive semi-definite for d = {d} assets: "
+                             f"it must lie in [{-1.0 / (d - 1):.6g}, 1]")
+        return C
+    C = np.asarray(corr, dtype=float)
+    if C.shape != (d, d):
+        raise ValueError(f"correlation matrix has shape {C.shape}, expected ({d}, {d}) for d = {d} assets")
+    if not np.all(np.isfinite(C)):
+        raise ValueError("correlation matrix has NaN or Inf entries")
+    asym = np.abs(C - C.T)
+    if asym.max() > SYMMETRY_TOL:
+        i, j = np.unravel_index(np.argmax(asym), asym.shape)
+        raise ValueError(f"correlation matrix is not symmetric: entry [{i}][{j}] = {C[i, j]} "
+                         f"but [{j}][{i}] = {C[j, i]} (difference {asym[i, j]:.3g})")
+    diag = np.abs(np.diag(C) - 1.0)
+    if diag.max() > SYMMETRY_TOL:
+        i = int(np.argmax(diag))
+        raise ValueError(f"correlation matrix diagonal must be 1: entry [{i}][{i}] = {C[i, i]}")
+    if np.abs(C).max() > 1.0 + SYMMETRY_TOL:
+        i, j = np.unravel_index(np.argmax(np.abs(C)), C.shape)
+        raise ValueError(f"correlation entry [{i}][{j}] = {C[i, j]} is outside [-1, 1]")
+    w = np.linalg.eigvalsh(C)
+    if w[0] < -PSD_TOL:
+        raise ValueError(f"correlation matrix is not positive semi-definite: smallest eigenvalue {w[0]:.6g}")
+    return 0.5 * (C + C.T)
+
+
+def correlation_factor(C: np.ndarray) -> np.ndarray:
+    """L with L L^T = C for a positive semi-definite C (Cholesky, or the eigen square root when
+    C is singular)."""
+    try:
+        return np.linalg.cholesky(C)
+    except np.linalg.LinAlgError:
+        w, V = np.linalg.eigh(C)
+        return V * np.sqrt(np.clip(w, 0.0, None))
+
+
+@dataclass(frozen=True)
+class BlackScholes:
+    """d-asset Black-Scholes market: spot, vol, dividend (d,), flat rate, correlation (d, d).
+
+    Build it with :meth:`from_market` (from a validated config) or directly; the constructor
+    checks shapes and signs and the correlation with :func:`correlation_matrix`.
+    """
+
+    spot: np.ndarray
+    vol: np.ndarray
+    dividend: np.ndarray
+    rate: float
+    correlation: np.ndarray
+
+    def __post_init__(self):
+        spot = np.atleast_1d(np.asarray(self.spot, dtype=float))
+        d = spot.shape[0]
+        vol = np.broadcast_to(np.asarray(self.vol, dtype=float), (d,)).copy()
+        div = np.broadcast_to(np.asarray(self.dividend, dtype=float), (d,)).copy()
+        if spot.ndim != 1 or np.any(~np.isfinite(spot)) or np.any(spot <= 0):
+            raise ValueError(f"spot must be a vector of positive numbers, got {spot}")
+        if np.any(~np.isfinite(vol)) or np.any(vol < 0):
+            raise ValueError(f"vol must be non-negative, got {vol}")
+        if np.any(~np.isfinite(div)) or not np.isfinite(self.rate):
+            raise ValueError("rate and dividend must be finite")
+        object.__setattr__(self, "spot", spot)
+        object.__setattr__(self, "vol", vol)
+        object.__setattr__(self, "dividend", div)
+        object.__setattr__(self, "rate", float(self.rate))
+        object.__setattr__(self, "correlation", correlation_matrix(self.correlation, d))
+
+    @classmethod
+    def from_market(cls, market) -> BlackScholes:
+        """From the ``market`` section of a :class:`cva.config.Config`."""
+        return cls(spot=np.asarray(market.spot), vol=np.asarray(market.vol), dividend=np.asarray(market.dividend),
+                   rate=market.rate, correlation=market.correlation_matrix)
+
+    @property
+    def d(self) -> int:
+        return self.spot.shape[0]
+
+    def paths(self, start, times, z):
+        """Exact log-normal paths from ``start`` at ``times[0]`` through ``times[1:]``.
+
+        Parameters
+        ----------
+        start : array (..., d) or (d,)
+            Asset prices at ``times[0]``; broadcast against the path dimensions of ``z``.
+        times : (T + 1,) increasing floats.
+        z : array (..., T, d)
+            Independent standard normals (from :func:`cva.rng.normals`), numpy or cupy.
+
+        Returns
+        -------
+        S : array (..., T, d) of z's dtype and array module: the prices at ``times[1:]``.
+        """
+        xp = get_array_module(z)
+        dt = z.dtype
+        h = np.diff(np.asarray(times, dtype=float))                                  # (T,)
+        if h.shape[0] != z.shape[-2] or np.any(h <= 0):
+            raise ValueError(f"times must be increasing with {z.shape[-2] + 1} entries, got {len(times)}")
+        L = xp.asarray(correlation_factor(self.correlation) * self.vol[:, None], dtype=dt)  # (d, d): diag(sigma) L
+        drift = (self.rate - self.dividend - 0.5 * self.vol**2)[None, :] * h[:, None]       # (T, d)
+        sqrt_h = xp.asarray(np.sqrt(h)[:, None], dtype=dt)                                 # (T, 1)
+        dlog = (z @ L.T) * sqrt_h + xp.asarray(drift, dtype=dt)                           # (..., T, d)
+        logS = xp.cumsum(dlog, axis=-2)
+        start = xp.asarray(start, dtype=dt)
+        return start[..., None, :] * xp.exp(logS)                                        # (..., T, d)
+
+    def sample(self, times, n_paths, *, seed, purpose, dtype=np.float64, xp=np, start=None, outer=(0, 1),
+               inner0=0, date=0, step0=0, antithetic=False):
+        """Paths from keyed normals: S (n_outer, n_paths, T, d) at ``times[1:]``.
+
+        Path m of outer index l uses the normals of :func:`cva.rng.normals` with keys
+        (seed, purpose, l, inner0 + m, date, step0 + j): the same numbers whatever the batch
+        or the device. With ``antithetic``, paths 2i and 2i + 1 use z and -z of key i.
+        ``start`` (n_outer, d) or (d,) defaults to the spot.
+        """
+        from cva import rng
+
+        T = len(times) - 1
+        if antithetic:
+            b0, b1 = inner0 // 2, (inner0 + n_paths - 1) // 2
+            zb = rng.normals(seed, purpose, outer, (b0, b1 - b0 + 1), date, (step0, T), self.d, dtype=dtype, xp=xp)
+            m = np.arange(inner0, inner0 + n_paths)
+            sign = xp.asarray((1 - 2 * (m % 2)).astype(dtype))[None, :, None, None]
+            z = zb[:, xp.asarray(m // 2 - b0)] * sign                                    # (n_outer, M, T, d)
+        else:
+            z = rng.normals(seed, purpose, outer, (inner0, n_paths), date, (step0, T), self.d, dtype=dtype, xp=xp)
+        start = self.spot if start is None else start
+        start = xp.asarray(start, dtype=dtype)
+        if start.ndim == 2:
+            start = start[:, None, :]                                                      # (n_outer, 1, d)
+        return self.paths(start, times, z)
+
+    def forward(self, t: float) -> np.ndarray:
+        """E[S(t)] per asset under the risk-neutral measure."""
+        return self.spot * np.exp((self.rate - self.dividend) * t)

@@ -1,0 +1,54 @@
+"""The GPU path of the market model and Longstaff-Schwartz against the numpy path on the same keys."""
+
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+
+from cva import basis, rng  # noqa: E402
+from cva.lsm import longstaff_schwartz  # noqa: E402
+from cva.model import BlackScholes  # noqa: E402
+from cva.products import Contract  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_paths_and_lsm_gpu_match_cpu(dtype):
+    model = BlackScholes(spot=[100.0, 95.0, 105.0], vol=[0.2, 0.25, 0.3], dividend=0.02, rate=0.05,
+                         correlation=0.3)
+    c = Contract(style="bermudan", payoff="put", underlying="basket", strike=100.0, maturity=1.0, n_exercise=8)
+    grid = np.concatenate([[0.0], c.exercise_times()])
+    out = {}
+    for xp in (np, cp):
+        S = model.sample(grid, 40_000, seed=11, purpose="price", dtype=dtype, xp=xp, outer=(3, 4))  # (4, M, 8, 3)
+
+        def psi(X, h):
+            return basis.evaluate("quadratic", X, model.spot)
+
+        res = longstaff_schwartz(S, c.exercise_times(), c.payoff_value, psi, model.rate, solver={"method": "auto"})
+        out[xp.__name__] = (cp.asnumpy(S), cp.asnumpy(res.value), cp.asnumpy(res.stderr))
+    (S0, v0, se0), (S1, v1, _) = out["numpy"], out["cupy"]
+    tol = 1e-11 if dtype == np.float64 else 2e-5
+    np.testing.assert_allclose(S1, S0, rtol=tol)
+    # the exercise decisions of paths within rounding of the boundary may differ: far below one stderr
+    np.testing.assert_allclose(v1, v0, atol=0.05 * se0.max())
+
+
+def test_price_gpu_matches_cpu():
+    import cva
+
+    cfg = {"run": {"seed": 5}, "market": {"spot": 36.0, "vol": 0.2, "rate": 0.06},
+           "portfolio": [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 40.0,
+                          "maturity": 1.0, "exercise_dates": 50},
+                         {"style": "european", "payoff": "put", "underlying": {"asset": 0}, "strike": 40.0,
+                          "maturity": 1.0}],
+           "simulation": {"basis": "laguerre", "pricing_paths": 50_000, "out_of_sample": True}}
+    cpu = cva.price(cfg, backend="cpu")
+    gpu = cva.price(cfg, backend="gpu")
+    assert gpu.attrs["backend"].startswith("gpu")
+    np.testing.assert_allclose(gpu["price"], cpu["price"], atol=0.05 * cpu["stderr"].max())
+    np.testing.assert_allclose(gpu["price_oos"], cpu["price_oos"], atol=0.05 * cpu["stderr"].max())
+
+
+def test_rng_device_arrays_used_by_model_are_on_device():
+    z = rng.normals(1, "inner", (0, 2), (0, 3), 4, (5, 6), 2, dtype=np.float32, xp=cp)
+    assert isinstance(z, cp.ndarray) and z.shape == (2, 3, 6, 2) and z.dtype == np.float32

@@ -1,0 +1,122 @@
+"""Longstaff-Schwartz against independent references: QuantLib's finite-difference Bermudan
+put (Longstaff & Schwartz 2001, Table 1 cases), Andersen & Broadie's 5-asset max call, and
+per-set least squares by LAPACK for the batched regressions."""
+
+import math
+
+import numpy as np
+import pytest
+
+from cva import basis
+from cva.lsm import apply_policy, longstaff_schwartz, report_summary
+from cva.model import BlackScholes
+from cva.products import Contract
+
+ql = pytest.importorskip("QuantLib")
+
+
+def ql_bermudan_put(S, K, r, sigma, T, n_dates):
+    """QuantLib's FD Black-Scholes engine with Bermudan exercise on n_dates dates of (0, T] (days rounded)."""
+    today = ql.Date(2, 1, 2024)
+    ql.Settings.instance().evaluationDate = today
+    dc = ql.Actual365Fixed()
+    days = round(365 * T)
+    dates = sorted({today + round(days * (i + 1) / n_dates) for i in range(n_dates)})
+    proc = ql.BlackScholesMertonProcess(ql.QuoteHandle(ql.SimpleQuote(S)),
+                                        ql.YieldTermStructureHandle(ql.FlatForward(today, 0.0, dc)),
+                                        ql.YieldTermStructureHandle(ql.FlatForward(today, r, dc)),
+                                        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(),
+                                                                                           sigma, dc)))
+    opt = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Put, K), ql.BermudanExercise(dates))
+    opt.setPricingEngine(ql.FdBlackScholesVanillaEngine(proc, 800, 800))
+    return opt.NPV()
+
+
+def lsm_price(model, contract, z, name="laguerre", payoff_regressor=False, solver=None):
+    times = contract.exercise_times()
+    S = model.paths(model.spot, np.concatenate([[0.0], times]), z)[None]        # (1, M, N, d)
+
+    def psi(X, h):
+        return basis.evaluate(name, X, model.spot, h if payoff_regressor else None,
+                              order_statistics=contract.symmetric_in_assets)
+
+    return longstaff_schwartz(S, times, contract.payoff_value, psi, model.rate, solver=solver), S, psi
+
+
+@pytest.mark.parametrize("S0,sigma,T", [(36, 0.2, 1), (40, 0.4, 1), (44, 0.2, 2)])
+def test_bermudan_put_against_quantlib_fd(rng, S0, sigma, T):
+    K, r, n = 40.0, 0.06, 50 * T
+    model = BlackScholes(spot=[S0], vol=sigma, dividend=0.0, rate=r, correlation=0.0)
+    put = Contract(style="bermudan", payoff="put", underlying="asset", asset=0, strike=K, maturity=T, n_exercise=n)
+    res, _, psi = lsm_price(model, put, rng.standard_normal((100_000, n, 1)))
+    ref = ql_bermudan_put(S0, K, r, sigma, T, n)
+    price, se = float(res.value[0]), float(res.stderr[0])
+    assert abs(price - ref) < 3 * se + 0.02, (price, se, ref)
+    # the policy on independent paths is low-biased: below the reference up to noise, and close to it
+    S2 = model.paths(model.spot, np.concatenate([[0.0], put.exercise_times()]), rng.standard_normal((100_000, n, 1)))
+    cash = apply_policy(S2[None], put.exercise_times(), res.coefficients, put.payoff_value, psi, r)
+    low, low_se = float(cash.mean()), float(cash.std() / math.sqrt(cash.size))
+    assert low < ref + 3 * low_se and abs(low - ref) < 3 * low_se + 0.05, (low, low_se, ref)
+
+
+def test_andersen_broadie_max_call(rng):
+    model = BlackScholes(spot=np.full(5, 100.0), vol=0.2, dividend=0.1, rate=0.05, correlation=0.0)
+    call = Contract(style="bermudan", payoff="call", underlying="max", strike=100.0, maturity=3.0, n_exercise=9)
+    res, _, _ = lsm_price(model, call, rng.standard_normal((1 << 19, 9, 5)), name="quadratic")
+    assert basis.basis_size("quadratic", 5) == 21
+    assert abs(float(res.value[0]) - 26.15) < 0.15, (res.value, res.stderr)
+
+
+def test_batched_regressions_match_per_set_least_squares(rng):
+    """Each of B path sets gets its own regression: the coefficients at the last-but-one date
+    equal LAPACK least squares on that set's in-the-money paths."""
+    B, M, n = 6, 4000, 4
+    model = BlackScholes(spot=[1.0, 1.2], vol=[0.25, 0.3], dividend=0.0, rate=0.05, correlation=0.3)
+    put = Contract(style="bermudan", payoff="put", underlying="basket", strike=1.1, maturity=1.0, n_exercise=n)
+    times = put.exercise_times()
+    start = rng.uniform(0.8, 1.3, (B, 1, 2))
+    S = model.paths(start, np.concatenate([[0.0], times]), rng.standard_normal((B, M, n, 2)))  # (B, M, n, 2)
+
+    def psi(X, h):
+        return basis.evaluate("quadratic", X, model.spot)
+
+    res = longstaff_schwartz(S, times, put.payoff_value, psi, model.rate, solver={"method": "auto"})
+    disc = math.exp(-model.rate * (times[-1] - times[-2]))
+    for bi in range(B):
+        h = put.payoff_value(S[bi, :, -2])
+        itm = h > 0
+        X = psi(S[bi, itm, -2], None)
+        y = put.payoff_value(S[bi, itm, -1]) * disc
+        beta = np.linalg.lstsq(X, y, rcond=None)[0]
+        np.testing.assert_allclose(res.coefficients[-1][bi], beta, rtol=1e-7, atol=1e-9)
+        one = longstaff_schwartz(S[bi:bi + 1], times, put.payoff_value, psi, model.rate, solver={"method": "auto"})
+        np.testing.assert_allclose(one.value[0], res.value[bi], rtol=1e-12)
+    rows = report_summary(res.reports)
+    assert len(rows) == n - 1 and all(r["systems"] == B and r["failed"] == 0 for r in rows)
+
+
+def test_one_exercise_date_is_the_discounted_mean_payoff(rng):
+    model = BlackScholes(spot=[100.0], vol=0.3, dividend=0.02, rate=0.04, correlation=0.0)
+    c = Contract(style="bermudan", payoff="call", underlying="asset", asset=0, strike=95.0, maturity=0.7)
+    res, S, _ = lsm_price(model, c, rng.standard_normal((5000, 1, 1)))
+    expect = np.maximum(S[0, :, 0, 0] - 95.0, 0).mean() * math.exp(-0.04 * 0.7)
+    assert res.reports == [] and abs(float(res.value[0]) - expect) < 1e-12 * expect
+
+
+def test_set_without_in_the_money_paths_never_exercises(rng):
+    """A deep out-of-the-money set has no regression data: beta = 0 and no exercise, no NaN."""
+    model = BlackScholes(spot=[1.0], vol=0.01, dividend=0.0, rate=0.0, correlation=0.0)
+    put = Contract(style="bermudan", payoff="put", underlying="asset", asset=0, strike=0.5, maturity=1.0, n_exercise=3)
+    res, _, _ = lsm_price(model, put, rng.standard_normal((500, 3, 1)))
+    assert float(res.value[0]) == 0.0 and all(np.all(c == 0) for c in res.coefficients)
+
+
+def test_float32_matches_float64(rng):
+    model = BlackScholes(spot=[36.0], vol=0.2, dividend=0.0, rate=0.06, correlation=0.0)
+    put = Contract(style="bermudan", payoff="put", underlying="asset", asset=0, strike=40.0, maturity=1.0,
+                   n_exercise=10)
+    z = rng.standard_normal((20_000, 10, 1))
+    r64, _, _ = lsm_price(model, put, z)
+    r32, _, _ = lsm_price(model, put, z.astype(np.float32))
+    assert r32.value.dtype == np.float32
+    assert abs(float(r32.value[0]) - float(r64.value[0])) < 3 * float(r64.stderr[0])

@@ -1,0 +1,56 @@
+"""`cva.price` end to end on the CPU: European prices against their closed forms, the American
+put config against QuantLib, reproducibility from the seed."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cva
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cfg(seed, portfolio, **sim):
+    return {"run": {"seed": seed}, "market": {"spot": [100.0, 90.0], "vol": [0.25, 0.35], "dividend": [0.01, 0.03],
+                                              "rate": 0.04, "correlation": 0.4},
+            "portfolio": portfolio, "simulation": {"pricing_paths": 200_000, **sim}}
+
+
+def test_european_prices_against_closed_forms(rng):
+    seed = int(rng.integers(2**32))
+    port = [{"style": "european", "payoff": p, "underlying": u, "strike": k, "maturity": t}
+            for p, u, k, t in [("call", {"asset": 0}, 105.0, 1.0), ("put", {"asset": 1}, 95.0, 0.5),
+                               ("call", "max", 100.0, 2.0), ("put", "min", 95.0, 1.5)]]
+    df = cva.price(_cfg(seed, port, antithetic=bool(rng.integers(2))))
+    assert df["closed_form"].notna().all()
+    z = (df["price"] - df["closed_form"]) / df["stderr"]
+    assert np.all(np.abs(z) < 4), df
+    assert np.all((df["ci_low"] < df["price"]) & (df["price"] < df["ci_high"]))
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers():
+    port = [{"style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 100.0, "maturity": 1.0,
+             "exercise_dates": 4, "quantity": -2}]
+    a = cva.price(_cfg(3, port, pricing_paths=5000))
+    b = cva.price(_cfg(3, port, pricing_paths=5000))
+    c = cva.price(_cfg(4, port, pricing_paths=5000))
+    assert a["price"][0] == b["price"][0] and a["price"][0] != c["price"][0]
+    assert a["value"][0] == -2 * a["price"][0]
+
+
+def test_american_put_config_against_quantlib():
+    from test_lsm import ql_bermudan_put
+
+    df = cva.price(str(ROOT / "configs" / "american_put.yaml"), paths=40_000, out_of_sample=True)
+    ref = ql_bermudan_put(36.0, 40.0, 0.06, 0.2, 1.0, 50)
+    berm = df[df["style"] != "european"].iloc[0]
+    assert abs(berm["price"] - ref) < 3 * berm["stderr"] + 0.02
+    assert berm["price_oos"] < ref + 3 * berm["stderr_oos"]
+    assert df.attrs["solver"] and df.attrs["backend"].startswith("cpu")
+
+
+def test_paths_argument_checked():
+    with pytest.raises(ValueError, match="paths"):
+        cva.price(_cfg(1, [{"style": "european", "payoff": "call", "underlying": {"asset": 0}, "strike": 1.0,
+                             "maturity": 1.0}]), paths=1)
