@@ -406,9 +406,9 @@ def normals(seed, purpose, outer, inner, date, steps, d, dtype=np.float64, xp=np
     request into pieces gives the same numbers.
     {params}
     dtype : {{numpy.float64, numpy.float32}}, optional
-        The result dtype; the transform is computed in it (float32 uniforms keep the top 23 bits of
-        the word, so float32 and float64 normals differ beyond float32 rounding where ``u_even`` is
-        small, i.e. in the far tails).
+        The result dtype; the transform is computed in it. float32 uniforms keep the top 23 bits of
+        the word (``|u32 - u64| < 2**-24``), so float32 and float64 normals of one key agree to
+        ~1e-5 except where ``u_even`` is near 0 or 1 (there ``dr/du = -1 / (u r)`` is large).
     xp : module, optional
         ``numpy`` (default: computed here, vectorized, in chunks of at most about 16 MB of temporaries) or
         ``cupy`` (the CUDA kernel ``philox_normals``, within a few ulp of the numpy result).
