@@ -79,7 +79,11 @@ def main(argv=None):
 
         result["device"] = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
         result["cupy"] = cp.__version__
-        one(256, 64, "float32", "gpu")                                 # compile the kernels outside the timing
+        from linalg_gpu._kernels import COMPILE_SECONDS
+
+        for dtype in args.dtypes:                                      # compile the kernels outside the timing
+            one(256, 64, dtype, "gpu")
+        result["compile_seconds"] = dict(COMPILE_SECONDS)
         runs.insert(0, ("gpu", args.outer, args.inner))
     print(f"{'backend':7} {'dtype':8} {'outer':>6} {'inner':>6} {'total s':>8} {'engine s':>8} {'Gstep/s':>8} "
           f"{'Msys/s':>7}  stages [s]")

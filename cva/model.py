@@ -138,13 +138,17 @@ class BlackScholes:
         h = np.diff(np.asarray(times, dtype=float))                                  # (T,)
         if h.shape[0] != z.shape[-2] or np.any(h <= 0):
             raise ValueError(f"times must be increasing with {z.shape[-2] + 1} entries, got {len(times)}")
-        L = xp.asarray(correlation_factor(self.correlation) * self.vol[:, None], dtype=dt)  # (d, d): diag(sigma) L
         drift = (self.rate - self.dividend - 0.5 * self.vol**2)[None, :] * h[:, None]       # (T, d)
-        sqrt_h = xp.asarray(np.sqrt(h)[:, None], dtype=dt)                                 # (T, 1)
-        dlog = (z @ L.T) * sqrt_h + xp.asarray(drift, dtype=dt)                           # (..., T, d)
-        logS = xp.cumsum(dlog, axis=-2)
+        if np.array_equal(self.correlation, np.eye(self.d)):
+            w, scale = z, self.vol                                                     # independent assets
+        else:
+            w, scale = z @ xp.asarray(correlation_factor(self.correlation) * self.vol[:, None], dtype=dt).T, None
         start = xp.asarray(start, dtype=dt)
-        return start[..., None, :] * xp.exp(logS)                                        # (..., T, d)
+        if xp is not np:
+            return _paths_gpu(w, start, scale, np.sqrt(h), drift)
+        dlog = w * np.sqrt(h)[:, None].astype(dt) + drift.astype(dt) if scale is None else \
+            w * (scale[None, :] * np.sqrt(h)[:, None]).astype(dt) + drift.astype(dt)     # (..., T, d)
+        return start[..., None, :] * np.exp(np.cumsum(dlog, axis=-2))                   # (..., T, d)
 
     def sample(self, times, n_paths, *, seed, purpose, dtype=np.float64, xp=np, start=None, outer=(0, 1),
                inner0=0, date=0, step0=0, antithetic=False):
@@ -175,3 +179,33 @@ class BlackScholes:
     def forward(self, t: float) -> np.ndarray:
         """E[S(t)] per asset under the risk-neutral measure."""
         return self.spot * np.exp((self.rate - self.dividend) * t)
+
+
+def _paths_gpu(w, start, scale, sqrt_h, drift):
+    """The CUDA twin of the numpy branch of :meth:`BlackScholes.paths` (``cuda/lognormal_paths.cu``)."""
+    import cupy as cp
+
+    from linalg_gpu._kernels import get_function
+
+    dt = w.dtype
+    T, d = w.shape[-2], w.shape[-1]
+    batch = w.shape[:-2]
+    sp = start.reshape((1,) * (len(batch) + 1 - start.ndim) + start.shape)           # batch ndim + 1 axes
+    k = len(batch)
+    while k > 0 and sp.shape[k - 1] == 1:                                              # start varies on batch[:k]
+        k -= 1
+    n_outer = int(np.prod(batch[:k], dtype=np.int64))
+    n_inner = int(np.prod(batch, dtype=np.int64)) // max(n_outer, 1)
+    st = cp.ascontiguousarray(cp.broadcast_to(sp[(slice(None),) * k + (0,) * (len(batch) - k)], batch[:k] + (d,))
+                              .reshape(n_outer, d), dtype=dt)
+    w4 = cp.ascontiguousarray(w)
+    S = cp.empty_like(w4)
+    fn = get_function("lognormal_paths.cu", "lognormal_paths", dt)
+    total = n_outer * n_inner * d
+    blocks = int(min(65535, -(-total // 256)))
+    sc = np.ones(d) if scale is None else scale
+    if blocks:
+        fn((blocks,), (256,), (S, w4, st, cp.asarray(sc, dtype=dt), cp.asarray(sqrt_h, dtype=dt),
+                              cp.asarray(drift, dtype=dt), np.uint64(n_outer), np.uint64(n_inner), np.int32(T),
+                              np.int32(d)))
+    return S

@@ -52,3 +52,20 @@ def test_price_gpu_matches_cpu():
 def test_rng_device_arrays_used_by_model_are_on_device():
     z = rng.normals(1, "inner", (0, 2), (0, 3), 4, (5, 6), 2, dtype=np.float32, xp=cp)
     assert isinstance(z, cp.ndarray) and z.shape == (2, 3, 6, 2) and z.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("corr", [0.0, 0.6])
+def test_lognormal_paths_kernel_matches_numpy(dtype, corr):
+    """cuda/lognormal_paths.cu against the numpy cumsum twin, for every start broadcast the code uses."""
+    r = np.random.default_rng(5)
+    m = BlackScholes(spot=[1.0, 2.0, 3.0], vol=[0.1, 0.2, 0.3], dividend=0.01, rate=0.05, correlation=corr)
+    times = np.concatenate([[0.0], np.sort(r.uniform(0.1, 2.0, 6))])
+    z = r.standard_normal((5, 7, 6, 3)).astype(dtype)
+    tol = 1e-12 if dtype == np.float64 else 3e-6
+    for start in (m.spot, r.uniform(0.5, 2, (5, 1, 3)), r.uniform(0.5, 2, (5, 7, 3))):
+        ref = m.paths(start, times, z)
+        got = m.paths(cp.asarray(start), times, cp.asarray(z))
+        np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=tol)
+    np.testing.assert_allclose(cp.asnumpy(m.paths(m.spot, times, cp.asarray(z[0]))), m.paths(m.spot, times, z[0]),
+                               rtol=tol)
