@@ -29,9 +29,10 @@ def test_paths_and_lsm_gpu_match_cpu(dtype):
     (S0, v0, se0), (S1, v1, _) = out["numpy"], out["cupy"]
     tol = 1e-11 if dtype == np.float64 else 2e-5
     np.testing.assert_allclose(S1, S0, rtol=tol)
-    # the exercise decisions of paths within rounding of the boundary may differ: well below one stderr
-    # (float32 assembles the normal equations with other summation orders: more paths flip)
-    np.testing.assert_allclose(v1, v0, atol=(0.05 if dtype == np.float64 else 0.3) * se0.max())
+    # LSM is chaotic in its inputs: on the CPU, perturbing the paths by 1e-14 relative moved the Bermudan
+    # put of test_price_gpu_matches_cpu by 0.08 stderr (one exercise flip changes every earlier regression);
+    # the GPU's normals differ by a few ulp, so the prices agree to a fraction of the stderr, not to rounding
+    np.testing.assert_allclose(v1, v0, atol=0.3 * se0.max())
 
 
 def test_price_gpu_matches_cpu():
@@ -46,8 +47,8 @@ def test_price_gpu_matches_cpu():
     cpu = cva.price(cfg, backend="cpu")
     gpu = cva.price(cfg, backend="gpu")
     assert gpu.attrs["backend"].startswith("gpu")
-    np.testing.assert_allclose(gpu["price"], cpu["price"], atol=0.05 * cpu["stderr"].max())
-    np.testing.assert_allclose(gpu["price_oos"], cpu["price_oos"], atol=0.05 * cpu["stderr"].max())
+    np.testing.assert_allclose(gpu["price"], cpu["price"], atol=0.3 * cpu["stderr"].max())      # see above
+    np.testing.assert_allclose(gpu["price_oos"], cpu["price_oos"], atol=0.3 * cpu["stderr"].max())
 
 
 def test_rng_device_arrays_used_by_model_are_on_device():
