@@ -92,6 +92,8 @@ def closed_form_price(contract, model) -> float | None:
     if model.d != 2 or contract.underlying not in ("max", "min"):
         return None
     args = (S[0], S[1], K, T, r, q[0], q[1], v[0], v[1], C[0, 1])
+    if min(v[0], v[1], _exchange_sigma(v[0], v[1], C[0, 1])) * math.sqrt(T) < 1e-8:
+        return None                                     # degenerate market: the formula divides by zero
     cmax = stulz_max_call(*args)
     e_max = _expected_max(S[0], S[1], T, r, q[0], q[1], v[0], v[1], C[0, 1])
     if contract.underlying == "max":

@@ -57,6 +57,10 @@ class HazardCurve:
             def pv(lam, i=i, s=s):
                 return _cds_value(cls(tenors[: i + 1], np.array(rates + [lam])), tenors[i], s, recovery, rate)
 
+            if pv(0.0) > -1e-14:
+                raise ValueError(f"cds_spreads: the spread {s} at tenor {tenors[i]:g} is below what the hazards of "
+                                 f"the shorter tenors already imply; no non-negative hazard rate reprices it "
+                                 f"(an inverted curve this steep is not arbitrage-free)")
             lo, hi = 0.0, 1.0
             while pv(hi) < 0:                                   # protection grows with the hazard
                 hi *= 2.0

@@ -13,9 +13,9 @@ positive and at least the inner-estimated continuation value; the contract then 
 has no exposure after. The netting-set value is P = sum_c quantity_c * value_c.
 
 Every random number is keyed by (seed, outer path, date, inner path, asset) (:mod:`cva.rng`),
-so the per-path numbers do not depend on the chunking; the solver memory (keyed by contract
-and regression date) is carried across chunks and saved with each chunk, so a resumed run is
-bitwise the uninterrupted one.
+so the per-path numbers do not depend on the chunking; the solver memory is per outer path
+(keyed by contract and regression date, see :func:`chunk_values`), so neither does the method
+chosen for a path's regressions, and a resumed run is bitwise the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -137,8 +137,14 @@ def _host(a):
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
-def chunk_values(cfg, plan, model, xp, l0, Lc, memory, stats, timings):
-    """Netting-set values P (Lc, K) on outer paths l0 .. l0 + Lc - 1 (host, float64)."""
+def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):
+    """Netting-set values P (Lc, K) on outer paths l0 .. l0 + Lc - 1 (host, float64).
+
+    The solver memory is per system (``SolverMemory(per_system=True)``) and keyed by contract and
+    regression date: each outer path's regression at exercise date t_j starts, at the next
+    valuation date, with the method it needed at the previous one (the paper's "next time").
+    Per path, it is path-local history, so the values do not depend on the chunking.
+    """
     dtype = np.dtype(cfg.run.dtype)
     sim, seed = cfg.simulation, cfg.run.seed
     solver = {"method": cfg.regression.method, "cond_max": cfg.regression.cond_max, "rtol": cfg.regression.rtol}
@@ -151,6 +157,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, memory, stats, timings):
     clock("outer_paths")
     P = xp.zeros((Lc, K), dtype=np.float64)
     alive = [xp.ones(Lc, dtype=bool) for _ in plan.contracts]
+    memory = lg.SolverMemory(per_system=True)
     for g in range(G):
         t, k = plan.grid[g], exposure_pos[g]
         values, inner = {}, []
@@ -180,7 +187,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, memory, stats, timings):
                 res = longstaff_schwartz(
                     S_in[:, :, later - g - 1], plan.grid[later], c.payoff_value, psi,
                     model.rate, t0=t, solver=solver, itm_only=sim.itm_only, memory=memory,
-                    keys=[f"c{ci}:g{int(j)}" for j in later], timings=timings,
+                    keys=[f"c{ci}:r{int(j)}" for j in later], timings=timings,
                     condition_sample=COND_SAMPLE if l0 == 0 else 0)
                 clock.skip()                                                           # booked by the LSM
                 stats.add(g, res)
@@ -233,13 +240,21 @@ def config_hash(cfg) -> str:
 
 
 def _atomic_write(path: Path, write):
+    """Write through a temporary file, fsync it, rename it over ``path`` and fsync the folder."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     write(tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
-def _save_chunk(path, P, memory, stats, timings):
-    meta = json.dumps({"memory": memory.state(), "stats": stats.to_json(), "timings": timings})
+def _save_chunk(path, P, stats, timings):
+    meta = json.dumps({"stats": stats.to_json(), "timings": timings})
 
     def write(tmp):
         with open(tmp, "wb") as f:
@@ -285,21 +300,23 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     plan = build_plan(cfg)
     dtype = np.dtype(cfg.run.dtype)
     out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}")
+    if resume and not (chunk or cfg.simulation.chunk) and (out_dir / "run.json").exists():
+        chunk = json.loads((out_dir / "run.json").read_text()).get("chunk")       # the interrupted run's
     chunk = int(chunk or cfg.simulation.chunk or chunk_size(plan, model.d, dtype.itemsize, xp))
     L = plan.outer_paths
     n_chunks = -(-L // chunk)
     manifest = {"config_hash": config_hash(cfg), "chunk": chunk, "outer_paths": L, "chunks": n_chunks,
                 "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name}
     chunk_dir = out_dir / "chunks"
-    memory, stats, timings = lg.SolverMemory(), DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
+    stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
     parts = []
     if resume:
-        parts, memory, stats, timings = _resume(out_dir, manifest, plan, timings)
+        parts, stats, timings = _resume(out_dir, manifest, plan, timings)
         log(f"resuming {out_dir}: {len(parts)} of {n_chunks} chunks done")
     else:
         chunk_dir.mkdir(parents=True, exist_ok=True)
-        for old in chunk_dir.glob("chunk_*.npz"):
-            old.unlink()
+        for old in list(chunk_dir.glob("chunk_*.npz")) + [out_dir / f for f in report.OUTPUTS]:
+            old.unlink(missing_ok=True)                                   # nothing of an older run stays
         _atomic_write(out_dir / "run.json", lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
     log(f"cva run {cfg.run.name}: backend {device}; {L} outer x {plan.inner_paths} inner paths, "
         f"{len(plan.grid)} grid dates, {n_chunks} chunk(s) of {chunk}")
@@ -310,9 +327,9 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             l0 = i * chunk
             Lc = min(chunk, L - l0)
             t0 = time.perf_counter()
-            P = chunk_values(cfg, plan, model, xp, l0, Lc, memory, stats, timings)
+            P = chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings)
             t_io = time.perf_counter()
-            _save_chunk(chunk_dir / f"chunk_{i:05d}.npz", P, memory, stats, timings)
+            _save_chunk(chunk_dir / f"chunk_{i:05d}.npz", P, stats, timings)
             timings["io"] += time.perf_counter() - t_io
             parts.append(P)
             if bar is not None:
@@ -324,7 +341,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             bar.close()
     elapsed = time.perf_counter() - t_start
     values = np.concatenate(parts, axis=0)                                               # (L, K)
-    return report.finish(cfg, plan, model, counterparty, values, stats, timings, memory, out_dir,
+    return report.finish(cfg, plan, model, counterparty, values, stats, timings, out_dir,
                          device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
 
 
@@ -338,17 +355,23 @@ def _resume(out_dir, manifest, plan, timings):
         raise ResumeError("cannot resume " + str(out_dir) + ": " + ", ".join(
             f"{k} was {old.get(k)!r}, now {manifest[k]!r}" for k in diff))
     parts, meta = [], None
+    (out_dir / "chunks").mkdir(parents=True, exist_ok=True)
     for i in range(manifest["chunks"]):
         f = out_dir / "chunks" / f"chunk_{i:05d}.npz"
-        if not f.exists():
+        try:
+            P, meta_i = _load_chunk(f)
+        except FileNotFoundError:
             break
-        P, meta = _load_chunk(f)
+        except Exception:                                       # unreadable (e.g. after an OS crash): redo it
+            f.unlink(missing_ok=True)
+            break
         parts.append(P)
+        meta = meta_i
     if meta is None:
-        return parts, lg.SolverMemory(), DateStats(len(plan.grid)), timings
+        return parts, DateStats(len(plan.grid)), timings
     stats = DateStats(len(plan.grid))
     stats.merge_json(meta["stats"])
-    return parts, lg.SolverMemory.from_state(meta["memory"]), stats, dict(meta["timings"])
+    return parts, stats, dict(meta["timings"])
 
 
 def exposures_and_cva(plan, model, counterparty, values):

@@ -76,7 +76,7 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
                                      itm_only=sim.itm_only)
             cash, policy = res.cashflow, res.coefficients
             solver_stats[contract.name] = {"exercised": res.exercised.tolist(), "dates": report_summary(res.reports)}
-        row.update(_estimate(cash))
+        row.update(_estimate(cash, sim.antithetic))
         cf = closed_form_price(contract, model)
         row["closed_form"] = np.nan if cf is None else cf
         row["value"] = contract.quantity * row["price"]
@@ -85,7 +85,8 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
                 row.update(price_oos=row["price"], stderr_oos=row["stderr"])
             else:
                 S2 = model.sample(grid, M, purpose="price_eval", **draw)
-                est = _estimate(apply_policy(S2, times, policy, contract.payoff_value, basis_fn, model.rate))
+                est = _estimate(apply_policy(S2, times, policy, contract.payoff_value, basis_fn, model.rate),
+                                sim.antithetic)
                 row.update(price_oos=est["price"], stderr_oos=est["stderr"])
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -94,8 +95,12 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
     return df
 
 
-def _estimate(cash) -> dict:
-    """Mean, standard error and 95% interval of discounted cashflows (1, M)."""
+def _estimate(cash, antithetic=False) -> dict:
+    """Mean, standard error and 95% interval of discounted cashflows (1, M); antithetic pairs
+    (paths 2i, 2i + 1) are averaged first, since they are not independent."""
     c = _host(cash).astype(np.float64).ravel()
-    m, se = float(c.mean()), float(c.std(ddof=1) / np.sqrt(c.size))
+    m = float(c.mean())
+    if antithetic and c.size >= 4:
+        c = c[: c.size // 2 * 2].reshape(-1, 2).mean(axis=1)
+    se = float(c.std(ddof=1) / np.sqrt(c.size))
     return {"price": m, "stderr": se, "ci_low": m - Z95 * se, "ci_high": m + Z95 * se}

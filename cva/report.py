@@ -21,6 +21,8 @@ PLOTS = {
     "timings.png": "Time per stage",
 }
 
+OUTPUTS = ("summary.json", "exposures.csv", "solver_stats.csv", "report.html") + tuple(PLOTS)
+
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>CVA report: {{ s.name }}</title>
 <style>
@@ -161,8 +163,7 @@ def _plots(prof, solver, stats, timings):
     return out
 
 
-def finish(cfg, plan, model, counterparty, values, stats, timings, memory, out_dir, *, device, chunk, elapsed,
-           manifest):
+def finish(cfg, plan, model, counterparty, values, stats, timings, out_dir, *, device, chunk, elapsed, manifest):
     """Measures from the per-path values, then every file of the run directory; the RunResult."""
     from jinja2 import Environment
 
@@ -182,7 +183,8 @@ def finish(cfg, plan, model, counterparty, values, stats, timings, memory, out_d
         "default_model": "default independent of the market (no wrong-way risk)",
         "portfolio": [{"name": c.name, "description": c.describe(), "quantity": c.quantity} for c in plan.contracts],
         "solver": {"systems": int(solver["systems"].sum()), "method_mix": totals,
-                   "failed": int(solver["failed"].sum()), "memory": {str(k): v for k, v in memory.summary().items()}},
+                   "failed": int(solver["failed"].sum()),
+                   "memory": "per outer path, keyed by contract and regression date (SolverMemory(per_system=True))"},
         "elapsed_seconds": elapsed, "runtime_seconds": dict(timings),
         "versions": _versions(), "config_hash": manifest["config_hash"], "config": cfg.to_dict(),
     }

@@ -75,3 +75,8 @@ def test_epe_and_eepe_by_hand():
     out = measures.epe_eepe(dates, ee)
     assert out["EPE"] == pytest.approx((0.25 * (1 + 3 + 2 + 4) + 0.5 * 5) / 1.5)
     assert out["EEPE"] == pytest.approx(0.25 * (1 + 3 + 3 + 4) / 1.0)            # effective EE: running max
+
+
+def test_cds_curve_that_no_hazard_reprices_is_an_error():
+    with pytest.raises(ValueError, match=r"tenor 5.*no non-negative hazard"):
+        HazardCurve.from_cds({1: 0.05, 5: 0.01}, 0.4, 0.03)

@@ -133,3 +133,43 @@ def test_cli_run_and_its_errors(tmp_path, capsys):
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert any("simulation.outer_pahts" in e for e in err) and "Traceback" not in "\n".join(err)
+
+
+def test_chunk_invariance_with_fallback_solves(tmp_path):
+    """With few inner paths the regressions are singular and the fallbacks and the solver memory
+    decide: the values must still not depend on the chunking (the memory is per outer path)."""
+    port = [{"style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 100.0, "maturity": 1.0,
+             "exercise_dates": 4},
+            {"style": "bermudan", "payoff": "call", "underlying": "max", "strike": 110.0, "maturity": 1.0,
+             "exercise_dates": 4, "quantity": -1.0}]
+    cfg = _config(tmp_path, 5, port, outer_paths=300, inner_paths=12, basis="quadratic")
+    runs = []
+    for chunk in (300, 64, 7):
+        cfg["output"]["dir"] = str(tmp_path / f"c{chunk}")
+        runs.append(cva.run(cfg, chunk=chunk, progress=False))
+    assert runs[0].solver_stats["eig_truncate"].sum() > 0 and runs[0].solver_stats["householder_pcr"].sum() >= 0
+    for r in runs[1:]:
+        np.testing.assert_array_equal(r.values, runs[0].values)
+        assert r.cva == runs[0].cva
+
+
+def test_resume_takes_the_chunk_of_the_interrupted_run(tmp_path, monkeypatch):
+    cfg = _small(tmp_path, "rc")
+    calls = {"n": 0}
+    original = nested.chunk_values
+
+    def interrupted(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(*args, **kw)
+
+    monkeypatch.setattr(nested, "chunk_values", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cva.run(cfg, chunk=150, progress=False)
+    monkeypatch.setattr(nested, "chunk_values", original)
+    (tmp_path / "rc" / "chunks" / "chunk_00000.npz").write_bytes(b"corrupt")      # e.g. after an OS crash
+    resumed = cva.run(cfg, resume=True, progress=False)                            # no chunk given
+    full = cva.run(_small(tmp_path, "rc_full"), chunk=150, progress=False)
+    np.testing.assert_array_equal(resumed.values, full.values)
+    assert resumed.summary["chunk"] == 150

@@ -497,3 +497,27 @@ def test_memory_preserves_random_orthogonal_results(rng):
     for _ in range(2):
         x, rep = lg.solve_small(A, b, memory=mem, key="q", return_report=True)
         assert np.all(rel_err(x, ref_solve(A, b)) <= C_SOLVE * n * eps(np.float64) * cond2(A))
+
+
+def test_per_system_memory_is_independent_of_batch_composition(rng):
+    """SolverMemory(per_system=True): a system's start and result depend only on its own history,
+    so solving two halves with two memories gives what one memory gives for the whole batch."""
+    n, B = 6, 400
+    X = rng.standard_normal((B, n, 3))
+    A = X @ X.transpose(0, 2, 1)                                   # rank 3: LDL^T fails, fallbacks decide
+    A[::2] += np.eye(n) * 5                                        # half of them well conditioned
+    b = rng.standard_normal((B, n))
+    whole = lg.SolverMemory(per_system=True)
+    halves = [lg.SolverMemory(per_system=True), lg.SolverMemory(per_system=True)]
+    for _ in range(3):                                             # the memory is used from the 2nd round on
+        xw, rw = lg.solve_small(A, b, return_report=True, memory=whole, key="k")
+        parts = [lg.solve_small(A[s], b[s], return_report=True, memory=m, key="k")
+                 for s, m in zip((slice(0, 150), slice(150, B)), halves, strict=True)]
+        np.testing.assert_array_equal(xw, np.concatenate([p[0] for p in parts]))
+        np.testing.assert_array_equal(rw.method_code, np.concatenate([p[1].method_code for p in parts]))
+    assert rw.start_method == "per-system"
+    codes = whole.start_method("k")
+    assert codes.shape == (B,) and np.all(codes[::2] == 0) and np.all(codes[1::2] >= 1)   # singular: fallbacks
+    assert rw.counts()["ldlt"] == B // 2
+    with pytest.raises(ValueError, match="per_system"):
+        lg.solve_small(A[:10], b[:10], memory=whole, key="k")

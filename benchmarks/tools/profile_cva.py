@@ -24,22 +24,18 @@ plan = nested.build_plan(cfg)
 model = BlackScholes.from_market(cfg.market)
 
 
-MEM = lg.SolverMemory()
-
-
 def chunk(i=0):
     stats, tim = nested.DateStats(len(plan.grid)), {}
-    nested.chunk_values(cfg, plan, model, cp, i * Lc, Lc, MEM, stats, tim)
+    nested.chunk_values(cfg, plan, model, cp, i * Lc, Lc, stats, tim)
     return tim
 
 
-for i in range(3):                                          # the first compiles; the memory is shared
+for i in range(3):                                          # the first compiles
     cp.cuda.Device().synchronize()
     t = time.perf_counter()
     tim = chunk(i)
     print(f"chunk {i} of {Lc} outer paths: {time.perf_counter() - t:.3f} s; stages",
           {k: round(v, 3) for k, v in tim.items()})
-print("memory:", MEM.summary())
 pr = cProfile.Profile()
 pr.enable()
 chunk(3)

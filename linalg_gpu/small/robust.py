@@ -47,7 +47,8 @@ class SolverReport:
     breakdown : the LDL^T factorization broke down (non-positive, tiny or non-finite pivot).
     ok : the solution meets the criterion of its method (always True for ``auto`` on finite input).
     nonfinite : the input of the system held a NaN or an Inf (``check_finite=False``).
-    start_method : the first stage tried (from the ``SolverMemory`` for ``auto``).
+    start_method : the first stage tried (from the ``SolverMemory`` for ``auto``); "per-system"
+        when a per-system memory chose it system by system (then ``start_codes`` holds the codes).
     rtol, cond_max : the thresholds used.
     """
 
@@ -63,6 +64,7 @@ class SolverReport:
     cond_max: float
     key: object = None
     extra: dict = field(default_factory=dict)
+    start_codes: object = None
 
     @property
     def method(self):
@@ -97,16 +99,26 @@ class SolverMemory:
     were discarded (the eigenvalues say so exactly), so a key goes back to LDL^T once its
     systems become well conditioned; a system solved by Householder + PCR counts as needing it
     (whether LDL^T would have done is not known when it was not tried).
+
+    per_system : bool, default False
+        Remember each system's need instead of the batch's: the next batch under the key (the
+        same systems, in the same order) sends every system straight to the stage it needed.
+        A system's result then depends only on its own history, not on which other systems
+        share its batch (the nested CVA engine needs this for results independent of chunking).
     """
 
-    def __init__(self, threshold=0.5):
+    def __init__(self, threshold=0.5, per_system=False):
         if not 0 < threshold <= 1:
             raise ValueError(f"threshold must be in (0, 1]; got {threshold}")
         self.threshold = float(threshold)
+        self.per_system = bool(per_system)
         self._last = {}
 
     def start_method(self, key):
-        """The first stage for a batch with this key."""
+        """The first stage for a batch with this key (per system: an int8 array of stage codes)."""
+        if self.per_system:
+            rec = self._last.get(key)
+            return None if rec is None else rec["start_codes"]
         rec = self._last.get(key)
         if rec is None or rec["systems"] == 0:
             return "ldlt"
@@ -127,27 +139,51 @@ class SolverMemory:
         else:
             needed_eig = eig
         needed_fb = needed_eig | (code == 1)
+        if self.per_system:
+            xp = get_array_module(report.method_code)
+            start = report.start_codes if report.start_codes is not None else None
+            c = report.method_code.ravel()
+            nd_d = report.n_discarded.ravel()
+            if start is not None:
+                need_eig = (c == 2) & ((start.ravel() < 2) | (nd_d > 0))
+            else:
+                need_eig = c == 2
+            codes = xp.where(need_eig, 2, xp.where(c == 1, 1, 0)).astype(np.int8)
+            self._last[key] = {"start_codes": codes, "systems": int(valid.sum()), "needed_eig": int(needed_eig.sum()),
+                               "needed_fallback": int(needed_fb.sum()), "start": report.start_method,
+                               "counts": report.counts()}
+            return
         self._last[key] = {"systems": int(valid.sum()), "needed_eig": int(needed_eig.sum()),
                            "needed_fallback": int(needed_fb.sum()), "start": report.start_method,
                            "counts": report.counts()}
 
     def summary(self):
         """{key: {"start": first stage used last time, "next": next start, "counts": ...}}."""
-        return {k: {"start": v["start"], "next": self.start_method(k), "counts": v["counts"]}
-                for k, v in self._last.items()}
+        def nxt(k):
+            st = self.start_method(k)
+            if not self.per_system:
+                return st
+            codes = np.bincount(_host(st).ravel(), minlength=3)
+            return {nm: int(c) for nm, c in zip(STAGES, codes, strict=False)}
+        return {k: {"start": v["start"], "next": nxt(k), "counts": v["counts"]} for k, v in self._last.items()}
 
     def __contains__(self, key):
         return key in self._last
 
     def state(self) -> dict:
         """A JSON-serializable copy of what is remembered (keys as given; use str keys to serialize)."""
-        return {"threshold": self.threshold, "last": copy.deepcopy(self._last)}
+        last = {k: {**v, **({"start_codes": _host(v["start_codes"]).tolist()} if "start_codes" in v else {})}
+                for k, v in self._last.items()}
+        return {"threshold": self.threshold, "per_system": self.per_system, "last": copy.deepcopy(last)}
 
     @classmethod
-    def from_state(cls, state) -> SolverMemory:
+    def from_state(cls, state, xp=np) -> SolverMemory:
         """The memory saved by :meth:`state` (e.g. to resume an interrupted run bitwise)."""
-        mem = cls(state["threshold"])
+        mem = cls(state["threshold"], per_system=state.get("per_system", False))
         mem._last = copy.deepcopy(state["last"])
+        for v in mem._last.values():
+            if "start_codes" in v:
+                v["start_codes"] = xp.asarray(np.asarray(v["start_codes"], dtype=np.int8))
         return mem
 
     def __repr__(self):
@@ -224,7 +260,16 @@ def _stage(xp, stage, cond_max):
 
 
 def _run_stage(stage_fn, A, b, n, symmetrize, screen):
-    """One stage over (B, n, n), (B, n, r) in chunks; with ``screen`` also the per-system input flags."""
+    """One stage over (B, n, n), (B, n, r) in chunks; with ``screen`` also the per-system input flags.
+
+    A batch of one system is run as two copies: numpy's contractions take other code paths for a
+    batch axis of length one, and on a singular system that rounding difference changed the
+    solution (1e15-sized garbage either way, but different), so a system's result depended on
+    whether it was solved alone (measured on the CPU with rank-3 6 x 6 systems).
+    """
+    if A.shape[0] == 1:
+        out = _run_stage(stage_fn, np.concatenate([A, A]), np.concatenate([b, b]), n, symmetrize, screen)
+        return tuple(o[:1] for o in out)
     il = np.tril_indices(n, -1)
 
     def block(Ab, bb):
@@ -269,7 +314,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
         ``numpy.linalg.LinAlgError``; with it they get NaN solutions and ``report.ok`` False.
     memory : SolverMemory, optional
         With ``key``: start ``auto`` where this key's systems needed to start last time, and
-        record what they needed now.
+        record what they needed now (batch-wise, or system by system with ``per_system``).
     key : hashable, optional
         The memory key (required with ``memory``).
     check_finite : bool, default True
@@ -317,7 +362,14 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     bf = xp.ascontiguousarray(C.flatten_batch((b[..., None] if vec else b).astype(dt, copy=False), 2))
     B = Af.shape[0]                                                   # bf: (B, n, r)
     start = method if method != "auto" else (memory.start_method(key) if memory is not None else "ldlt")
-    stages = STAGES[STAGES.index(start):] if method == "auto" else (method,)
+    start_codes = None
+    if memory is not None and memory.per_system and method == "auto":
+        start_codes = start
+        if start_codes is not None and start_codes.size != B:
+            raise ValueError(f"memory (per_system) has {start_codes.size} systems under key {key!r}, "
+                             f"this batch has {B}")
+        start = "per-system" if start_codes is not None else "ldlt"
+    stages = (STAGES if start == "per-system" else STAGES[STAGES.index(start):]) if method == "auto" else (method,)
 
     # The first stage runs on the whole batch and its outputs become the results; later stages
     # run on the systems that failed (gathered, i.e. compacted on the device) and are scattered back.
@@ -329,17 +381,27 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     breakdown = (~ok & ~nonfinite) if stages[0] == "ldlt" else xp.zeros(B, dtype=bool)
     if not bool(ok.all()):
         x[~ok] = np.nan
-    todo = xp.flatnonzero(~nonfinite & ~(ok & (residual <= rtol))) if len(stages) > 1 else xp.arange(0)
+    # with a per-system memory, systems that needed a later stage last time go straight to it
+    forced = xp.zeros(B, dtype=bool) if start_codes is None else xp.asarray(start_codes).ravel() > 0
+    todo = xp.flatnonzero(~nonfinite & (~(ok & (residual <= rtol)) | forced)) if len(stages) > 1 else xp.arange(0)
     for i, stage in enumerate(stages[1:], start=1):
         if todo.size == 0:
             break
+        if start_codes is not None:                                  # held back until their own stage
+            later = xp.asarray(start_codes).ravel()[todo] > i
+            waiting, todo = todo[later], todo[~later]
+        else:
+            waiting = xp.arange(0)
+        if todo.size == 0:
+            todo = waiting
+            continue
         xs, cs, nds, oks, rs = _stage(xp, stage, cond_max)(Af[todo], bf[todo], n, assume_symmetric, False)
         accept = xp.ones(todo.size, dtype=bool) if i == len(stages) - 1 else oks & (rs <= rtol)
         sel = todo[accept]
         x[sel] = xp.where(oks[accept, None, None], xs[accept], np.nan)
         code[sel] = STAGES.index(stage)
         residual[sel], cond[sel], n_disc[sel], ok[sel] = rs[accept], cs[accept], nds[accept], oks[accept]
-        todo = todo[~accept]
+        todo = xp.concatenate([todo[~accept], waiting])
     code[nonfinite] = 3
     residual[nonfinite] = np.nan
     cond[nonfinite] = np.nan
@@ -348,7 +410,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
                           n_discarded=n_disc.reshape(batch), cond_estimate=cond.reshape(batch),
                           breakdown=breakdown.reshape(batch), ok=ok.reshape(batch),
                           nonfinite=nonfinite.reshape(batch), start_method=start, rtol=rtol,
-                          cond_max=cond_max, key=key)
+                          cond_max=cond_max, key=key, start_codes=start_codes)
     if memory is not None:
         memory.record(key, report)
     x = x.reshape(batch + x.shape[1:])
