@@ -1,4 +1,5 @@
 """linalg_gpu: batched small symmetric solvers and Jacobi-type factorizations, numpy or CuPy."""
+from .jacobi import jacobi_eigh, jacobi_svd, klt
 from .small import (
                     METHODS,
                     HouseholderReflectors,
@@ -15,4 +16,5 @@ from .small import (
 
 __version__ = "0.1.0"
 __all__ = ["ldlt_factor", "ldlt_solve", "tridiagonalize", "HouseholderReflectors", "pcr_solve",
-           "tridiag_eigh", "eigh_small", "solve_small", "SolverReport", "SolverMemory", "METHODS"]
+           "tridiag_eigh", "eigh_small", "solve_small", "SolverReport", "SolverMemory", "METHODS",
+           "jacobi_svd", "jacobi_eigh", "klt"]

@@ -1,0 +1,379 @@
+"""Two-sided parallel cyclic Jacobi eigensolver and the Karhunen-Loeve transform (paper 004).
+
+The classical two-sided Jacobi method (paper 004, eqs. 3-5): A <- J^T A J with plane rotations
+J(p, q, theta) chosen to annihilate a_pq, repeated until A is diagonal; V = J_1 J_2 ... J_L
+holds the eigenvectors (the KLT matrix). The parallel version groups the pairs of a sweep into
+*steps* of disjoint pairs (the chess-tournament ordering of paper 004, eq. 7 and section II.B;
+``orderings.round_robin``), so that every rotation of a step can be applied at once:
+
+1. the angles of all pairs of the step, from the current a_ii, a_jj, a_ij (eq. 5),
+2. the ROW update of all pairs, X <- J^T A on rows i, j (eq. 8),
+3. then the COLUMN update, A <- X J on columns i, j (eq. 9), and V <- V J (eq. 10).
+
+Here a step is one vectorized numpy operation over its pairs (fancy indexing; no Python loop
+over pairs): the numpy twin of the two kernels of paper 004. The GPU path is
+``linalg_gpu.jacobi._gpu.jacobi_eigh`` (cupy input).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
+from .orderings import ORDERINGS, sweep
+
+__all__ = ["jacobi_eigh", "klt", "JacobiInfo"]
+
+SYMMETRY_RTOL = 100        # |A - A^T| <= SYMMETRY_RTOL * eps * max|A| counts as symmetric
+
+
+@dataclass(frozen=True)
+class JacobiInfo:
+    """What a Jacobi run did (``return_info=True``).
+
+    Attributes
+    ----------
+    sweeps : int
+        Sweeps run, including the last one, which rotates nothing when ``converged``.
+    converged : bool
+        A sweep rotated no pair within ``max_sweeps`` sweeps.
+    rotations : int
+        Plane rotations applied over all sweeps.
+    off_norm : float
+        ||offdiag(A_final)||_F / ||A||_F (0 for the zero matrix): the part of A left off the
+        diagonal, relative to A (the diagonalization metric off(A), eq. 2 of paper 004).
+    tol : float
+        The rotation threshold used.
+    """
+
+    sweeps: int
+    converged: bool
+    rotations: int
+    off_norm: float
+    tol: float
+
+
+# ---------------------------------------------------------------------------------------------
+# argument checks (public boundary only)
+
+
+def _check_options(ordering, tol, max_sweeps, dtype):
+    """Validate the options; return the threshold (the default for ``tol=None``)."""
+    if not isinstance(ordering, str) or ordering not in ORDERINGS:
+        raise ValueError(f"ordering must be one of {ORDERINGS}, got {ordering!r}")
+    if isinstance(max_sweeps, bool) or not isinstance(max_sweeps, numbers.Integral) or max_sweeps < 1:
+        raise ValueError(f"max_sweeps must be a positive integer, got {max_sweeps!r}")
+    if tol is None:
+        return _default_tol(dtype)
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not math.isfinite(tol) or tol <= 0:
+        raise ValueError(f"tol must be a positive finite number (or None for eps of the dtype), got {tol!r}")
+    return float(tol)
+
+
+def _default_tol(dtype):
+    return float(np.finfo(dtype).eps)
+
+
+def _check_matrix_meta(A, name):
+    """Shape and dtype of a 2-D float array (numpy or cupy); complex -> TypeError 'not supported yet'."""
+    if np.dtype(A.dtype).kind == "c":
+        raise TypeError(f"{name} has complex dtype {A.dtype}: complex (Hermitian) input is not supported yet; "
+                        "pass a real float32 or float64 array")
+    check_dtype(A, name)                                       # integer, bool, float16, object -> TypeError
+    if A.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array; got {A.ndim}-dimensional shape {A.shape} "
+                         "(batches are not supported)")
+
+
+def _check_finite(A, name):
+    xp = get_array_module(A)
+    if not bool(xp.isfinite(A).all()):
+        bad = np.argwhere(~np.isfinite(A.get() if is_cupy_array(A) else A))[0]
+        raise ValueError(f"{name} must be finite; found {A[tuple(bad)].item()!r} at index {tuple(int(b) for b in bad)}")
+
+
+def _check_symmetric(A, name):
+    """ValueError naming the worst entry where |A - A^T| > 100 eps max|A| (numpy or cupy)."""
+    xp = get_array_module(A)
+    D = xp.abs(A - A.T)
+    i, j = divmod(int(xp.argmax(D)), A.shape[1])
+    worst, scale = float(D[i, j]), float(xp.abs(A).max())
+    tol = SYMMETRY_RTOL * float(np.finfo(A.dtype).eps)
+    if worst > tol * scale:
+        raise ValueError(
+            f"{name} is not symmetric: the worst entry is {name}[{i}, {j}] = {float(A[i, j])!r} against "
+            f"{name}[{j}, {i}] = {float(A[j, i])!r} (|difference| = {worst:.3g}, max |{name}| = {scale:.3g}, "
+            f"tolerance {tol:.1e} relative); pass check_symmetric=False to use the lower triangle"
+        )
+
+
+def _lower_symmetric(A):
+    """The symmetric matrix of A's lower triangle (as numpy.linalg.eigh's UPLO='L'); exact."""
+    xp = get_array_module(A)
+    return xp.tril(A) + xp.tril(A, -1).T
+
+
+# ---------------------------------------------------------------------------------------------
+# the numpy core
+
+
+def _jacobi_eigh_np(A, steps, tol, max_sweeps):
+    """Two-sided Jacobi on an exactly symmetric (n, n) float array, overwritten; trusts its input.
+
+    Returns (d, V, info): d the (unsorted) diagonal of the final A, V the accumulated rotations.
+    """
+    n = A.shape[0]
+    W = np.eye(n, dtype=A.dtype)                                       # (n, n) V^T: row k = column k of V
+    cols = np.arange(n)                                                # (n,)
+    norm_a = float(np.linalg.norm(A.astype(np.float64)))              # ||A||_F (no float32 overflow), invariant
+    abs_thr = A.dtype.type(tol * norm_a)
+    tol_t = A.dtype.type(tol)
+    sweeps = rotations = 0
+    converged = False
+    while sweeps < max_sweeps:
+        sweeps += 1
+        rotated = 0
+        for step in steps:                                             # (k, 2) disjoint pairs i < j
+            i, j = step[:, 0], step[:, 1]                              # (k,)
+            aii, ajj, aij = A[i, i], A[j, j], A[i, j]                  # (k,)
+            scale = np.sqrt(np.abs(aii)) * np.sqrt(np.abs(ajj))        # sqrt|a_ii a_jj| without overflow
+            rot = np.abs(aij) > np.where(scale > 0, tol_t * scale, abs_thr)
+            if not rot.any():
+                continue
+            if not rot.all():
+                i, j, aii, ajj, aij = i[rot], j[rot], aii[rot], ajj[rot], aij[rot]
+            k = i.size
+            rotated += k
+            # eq. 5: t = tan of the angle, the root with |t| <= 1 (Golub & Van Loan, sym.schur2)
+            theta = (ajj - aii) / (2 * aij)                            # (k,)
+            t = np.copysign(1, theta) / (np.abs(theta) + np.hypot(theta, 1))
+            c = 1 / np.sqrt(1 + t * t)                                 # (k,)
+            s = t * c
+            cr, sr = c[:, None], s[:, None]                            # (k, 1)
+            # eq. 8: rows i, j of X = J^T A, all pairs of the step at once
+            Ri, Rj = A[i], A[j]                                        # (k, n)
+            A[i] = cr * Ri - sr * Rj
+            A[j] = sr * Ri + cr * Rj
+            # eq. 9: columns i, j of A = X J
+            piv = np.concatenate([i, j])                               # (2k,)
+            C = A.take(piv, axis=1)                                    # (n, 2k) columns i, j of X
+            N = np.empty_like(C)                                       # (n, 2k) columns i, j of X J
+            N[:, :k] = C[:, :k] * c - C[:, k:] * s
+            N[:, k:] = C[:, :k] * s + C[:, k:] * c
+            A[:, piv] = N
+            if k > 1:
+                # exact symmetry: an entry between two pivot pairs is rounded differently on its
+                # two sides; the pivot rows take their lower part from the columns just written
+                R = A[piv]                                             # (2k, n)
+                np.copyto(R, N.T, where=cols < piv[:, None])
+                A[piv] = R
+            # the 2x2 pivot blocks: a_ij = a_ji = 0, the diagonal in its accurate form
+            A[i, i] = aii - t * aij
+            A[j, j] = ajj + t * aij
+            A[i, j] = 0
+            A[j, i] = 0
+            # eq. 10: V = V J, i.e. rows i, j of V^T
+            Ri, Rj = W[i], W[j]                                        # (k, n)
+            W[i] = cr * Ri - sr * Rj
+            W[j] = sr * Ri + cr * Rj
+        rotations += rotated
+        if rotated == 0:
+            converged = True
+            break
+    d = np.diagonal(A).copy()                                          # (n,)
+    np.fill_diagonal(A, 0)
+    off = float(np.linalg.norm(A.astype(np.float64)))                 # ||offdiag(A)||_F
+    info = JacobiInfo(sweeps=sweeps, converged=converged, rotations=rotations,
+                      off_norm=off / norm_a if norm_a > 0 else 0.0, tol=tol)
+    return d, W.T, info
+
+
+# ---------------------------------------------------------------------------------------------
+# public functions
+
+
+def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_symmetric=True, return_info=False):
+    """Eigenvalues and eigenvectors of a real symmetric matrix by the two-sided parallel Jacobi method.
+
+    Each sweep runs the steps of ``ordering`` (``orderings.sweep``); a step's pairs are disjoint,
+    so all its rotations are applied together: the angles from the current a_ii, a_jj, a_ij,
+    then the row update of all pairs (paper 004, eq. 8), then the column update and V <- V J
+    (eqs. 9, 10). With theta = (a_jj - a_ii) / (2 a_ij), t = sgn(theta) / (|theta| +
+    sqrt(theta^2 + 1)), c = 1 / sqrt(1 + t^2), s = t c, the annihilated entries a_ij = a_ji are
+    set to exactly 0 and the new diagonal to a_ii - t a_ij, a_jj + t a_ij (the accurate form of
+    eq. 5). A stays exactly symmetric.
+
+    A pair is rotated only when |a_ij| > tol * sqrt(|a_ii a_jj|) (the relative test of Demmel &
+    Veselic), or, where a_ii a_jj == 0, when |a_ij| > tol * ||A||_F. The iteration stops after
+    the first sweep that rotates nothing. The relative test is what gives positive definite
+    matrices their relative accuracy: eigenvalues of a graded matrix D B D are found to about
+    n eps cond(B) relative error, however wide the range of D.
+
+    numpy input runs the numpy code here (the twin of the kernels). cupy input is checked here
+    (shape, dtype, finite, symmetric) and then handed to ``linalg_gpu.jacobi._gpu.jacobi_eigh``
+    (a blocked chess tournament on the GPU) with ``tol``, ``max_sweeps``, ``check_symmetric``
+    and ``return_info`` as given; its stopping rule, its default ``tol`` and its ``info``
+    are described there.
+
+    Parameters
+    ----------
+    A : (n, n) array_like, float32 or float64
+        Real symmetric matrix (numpy or cupy; no batch dimensions). float32 is computed in float32.
+    ordering : {"round_robin", "modified_modulus", "row_cyclic"}, default "round_robin"
+        Pivot ordering of a sweep: the chess tournament of paper 004 (eq. 7) by default;
+        see :mod:`linalg_gpu.jacobi.orderings`. The GPU path uses ``"round_robin"`` only.
+    tol : float, optional
+        Rotation threshold, relative as above. Default ``eps`` of the dtype (2.2e-16 for
+        float64, 1.2e-7 for float32): one rotation already makes rounding errors of eps relative
+        to the same scale sqrt(|a_ii a_jj|), so a smaller tol buys no accuracy, while n eps
+        would loosen the relative-accuracy bound by a factor n; convergence is quadratic, so the
+        choice changes the sweep count by at most one (measured: the same count for a random
+        256 x 256 float64 matrix, one more for float32).
+    max_sweeps : int, default 60
+        Sweeps allowed, including the final one that finds nothing to rotate.
+    check_symmetric : bool, default True
+        Raise ``ValueError`` naming the worst entry where |A - A^T| > 100 eps max|A|. Either
+        way only the lower triangle of A is used (as ``numpy.linalg.eigh``).
+    return_info : bool, default False
+        Also return a :class:`JacobiInfo`; a run that does not converge then returns its result
+        with ``info.converged`` False instead of raising.
+
+    Returns
+    -------
+    w : (n,) ndarray
+        Eigenvalues, ascending (as ``numpy.linalg.eigh``), the dtype of A.
+    V : (n, n) ndarray
+        Orthonormal eigenvectors, column ``V[:, k]`` for ``w[k]``: A = V diag(w) V^T.
+    info : JacobiInfo
+        Only with ``return_info=True``: sweeps, converged, rotations, off_norm, tol.
+
+    Raises
+    ------
+    ValueError
+        A not 2-D, not square, empty, not finite or not symmetric; an unknown ``ordering``;
+        ``tol`` not positive; ``max_sweeps`` not a positive integer.
+    TypeError
+        A complex (not supported yet), integer, bool or another non-float dtype.
+    numpy.linalg.LinAlgError
+        No convergence in ``max_sweeps`` sweeps (without ``return_info``).
+
+    References
+    ----------
+    .. [1] M. U. Torun, O. Yilmaz, A. N. Akansu, paper 004: two-sided Jacobi (eqs. 3-5), the
+       chess-tournament ordering (eq. 7) and the parallel row / column updates (eqs. 8-10).
+    .. [2] Paper 002, section II (two-sided Jacobi, the Brent-Luk parallel ordering).
+    .. [3] J. Demmel, K. Veselic, "Jacobi's method is more accurate than QR", SIAM J. Matrix
+       Anal. Appl. 13 (1992): the relative stopping test and the accuracy on graded matrices.
+    .. [4] G. H. Golub, C. F. Van Loan, Matrix Computations, section 8.5 (sym.schur2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linalg_gpu.jacobi.klt import jacobi_eigh
+    >>> X = np.random.default_rng(0).standard_normal((6, 6)); A = X + X.T
+    >>> w, V = jacobi_eigh(A)
+    >>> bool(np.allclose(A @ V, V * w) and np.allclose(w, np.linalg.eigvalsh(A)))
+    True
+    """
+    gpu = is_cupy_array(A)
+    A = as_array(A, "A")
+    _check_matrix_meta(A, "A")
+    if A.shape[0] != A.shape[1]:
+        raise ValueError(f"A must be square; got shape {A.shape}")
+    if A.shape[0] == 0:
+        raise ValueError("A is empty (shape (0, 0)); it needs n >= 1")
+    thr = _check_options(ordering, tol, max_sweeps, A.dtype)
+    _check_finite(A, "A")
+    if check_symmetric:
+        _check_symmetric(A, "A")
+    if gpu:
+        if ordering != "round_robin":
+            raise ValueError(f"ordering={ordering!r} is not available for cupy input; the GPU kernels "
+                             "use 'round_robin' (the chess tournament)")
+        from . import _gpu
+
+        return _gpu.jacobi_eigh(A, tol=tol, max_sweeps=max_sweeps, check_symmetric=check_symmetric,
+                                return_info=return_info)
+    n = A.shape[0]
+    d, V, info = _jacobi_eigh_np(_lower_symmetric(A), sweep(n, ordering), thr, int(max_sweeps))
+    if not info.converged and not return_info:
+        raise np.linalg.LinAlgError(
+            f"jacobi_eigh did not converge in max_sweeps={info.sweeps} sweeps (off(A)/||A||_F = "
+            f"{info.off_norm:.2e} left, tol = {thr:.2e}); raise max_sweeps or tol, or pass "
+            "return_info=True to get the unconverged result"
+        )
+    order = np.argsort(d, kind="stable")                                # ascending, as numpy.linalg.eigh
+    w, V = d[order], np.ascontiguousarray(V[:, order])
+    return (w, V, info) if return_info else (w, V)
+
+
+def klt(X, *, ordering="round_robin", tol=None, max_sweeps=60, return_info=False):
+    """Karhunen-Loeve transform of data rows: the decorrelating rotation of their covariance.
+
+    The columns of X (features) are centred, C = Xc^T Xc / (samples - 1) is their sample
+    covariance, C = V diag(w) V^T by :func:`jacobi_eigh`, and Y = Xc V are the decorrelated
+    data: their sample covariance is diag(w), and X = Y V^T + mean. numpy input is computed on
+    the CPU; cupy input does the centring and C with cupy and the eigen-solve on the GPU.
+
+    Parameters
+    ----------
+    X : (samples, features) array_like, float32 or float64
+        Data, one observation per row; samples >= 2.
+    ordering, tol, max_sweeps, return_info
+        As in :func:`jacobi_eigh` (C is symmetric by construction and is not checked).
+
+    Returns
+    -------
+    Y : (samples, features) ndarray
+        Xc V, the transform coefficients; column k has sample variance w[k].
+    w : (features,) ndarray
+        Eigenvalues of the covariance, ascending (as ``numpy.linalg.eigh``; the principal
+        component of largest variance is the LAST column).
+    V : (features, features) ndarray
+        The KLT matrix: orthonormal eigenvectors of C in columns.
+    info : JacobiInfo
+        Only with ``return_info=True``.
+
+    Raises
+    ------
+    ValueError
+        X not 2-D, fewer than 2 samples, no features, not finite; bad options as in
+        :func:`jacobi_eigh`.
+    TypeError
+        X complex (not supported yet), integer or another non-float dtype.
+    numpy.linalg.LinAlgError
+        No convergence in ``max_sweeps`` sweeps (without ``return_info``).
+
+    References
+    ----------
+    .. [1] Paper 004, section II: the KLT matrix V of eq. (1) by parallel Jacobi (eqs. 8-10).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from linalg_gpu.jacobi.klt import klt
+    >>> X = np.random.default_rng(0).standard_normal((200, 4)) @ np.triu(np.ones((4, 4)))
+    >>> Y, w, V = klt(X)
+    >>> bool(np.allclose(np.cov(Y, rowvar=False), np.diag(w)) and np.allclose(Y @ V.T + X.mean(0), X))
+    True
+    """
+    X = as_array(X, "X")
+    _check_matrix_meta(X, "X")
+    m, f = X.shape
+    if m < 2:
+        raise ValueError(f"X must have at least 2 samples (rows) for a covariance; got shape {X.shape}")
+    if f < 1:
+        raise ValueError(f"X must have at least 1 feature (column); got shape {X.shape}")
+    _check_options(ordering, tol, max_sweeps, X.dtype)
+    _check_finite(X, "X")
+    Xc = X - X.mean(axis=0, keepdims=True)                             # (samples, features)
+    C = _lower_symmetric((Xc.T @ Xc) / (m - 1))                        # (features, features), exactly symmetric
+    out = jacobi_eigh(C, ordering=ordering, tol=tol, max_sweeps=max_sweeps, check_symmetric=False,
+                      return_info=return_info)
+    V = out[1]
+    Y = Xc @ V                                                         # (samples, features)
+    return (Y,) + tuple(out)
