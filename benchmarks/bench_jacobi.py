@@ -43,13 +43,13 @@ def timed(cp, fn, repeat):
 def main(argv=None):
     import cupy as cp
 
-    import linalg_gpu as lg
     from linalg_gpu.jacobi import _gpu
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--svd-sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     ap.add_argument("--eigh-size", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--block", type=int, default=_gpu.BLOCK, help="columns per block (2 blocks <= 64)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     try:
@@ -58,14 +58,14 @@ def main(argv=None):
         torch = None
     name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
     result = {"benchmark": "jacobi", "device": name, "date": dt.datetime.now().isoformat(timespec="seconds"),
-              "cupy": cp.__version__, "torch": getattr(torch, "__version__", None), "block": _gpu.BLOCK,
+              "cupy": cp.__version__, "torch": getattr(torch, "__version__", None), "block": args.block,
               "svd": [], "eigh": []}
     rng = np.random.default_rng(1)
     print(f"GPU: {name}")
     for n in args.svd_sizes:
         A = cp.asarray(rng.standard_normal((n, n)))
         rep = args.repeat if n <= 2048 else 1
-        t_ours, (U, s, Vh, info) = timed(cp, lambda: lg.jacobi_svd(A, return_info=True), rep)
+        t_ours, (U, s, Vh, info) = timed(cp, lambda: _gpu.jacobi_svd(A, return_info=True, block=args.block), rep)
         err = float(cp.linalg.norm(A - (U * s) @ Vh) / cp.linalg.norm(A))
         row = {"n": n, "dtype": "float64", "ours_s": t_ours, "sweeps": info["sweeps"], "converged": info["converged"],
                "relative_reconstruction": err}
@@ -87,7 +87,7 @@ def main(argv=None):
     n = args.eigh_size
     X = rng.standard_normal((n, n))
     S = cp.asarray(((X + X.T) / 2).astype(np.float32))
-    t_ours, (w, V, info) = timed(cp, lambda: lg.jacobi_eigh(S, return_info=True), args.repeat)
+    t_ours, (w, V, info) = timed(cp, lambda: _gpu.jacobi_eigh(S, return_info=True, block=args.block), args.repeat)
     t_syevd, (w_ref, _) = timed(cp, lambda: cp.linalg.eigh(S), args.repeat)
     err = float(cp.abs(w - w_ref).max() / cp.abs(w_ref).max())
     row = {"n": n, "dtype": "float32", "ours_s": t_ours, "sweeps": info.sweeps, "converged": info.converged,

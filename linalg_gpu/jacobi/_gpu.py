@@ -39,17 +39,17 @@ from .orderings import round_robin
 BLOCK = 32
 
 
-def _pad(n):
-    p = 2 * BLOCK
+def _pad(n, block=BLOCK):
+    p = 2 * block
     return -(-n // p) * p - n
 
 
-def _step_columns(cp, steps):
+def _step_columns(cp, steps, block=BLOCK):
     """Per step: (k, 2w) column indices of its k block pairs."""
     out = []
     for s in steps:
         blocks = np.concatenate([s[:, :1], s[:, 1:]], axis=1)                       # (k, 2)
-        cols = (blocks[:, :, None] * BLOCK + np.arange(BLOCK)).reshape(len(s), 2 * BLOCK)
+        cols = (blocks[:, :, None] * block + np.arange(block)).reshape(len(s), 2 * block)
         out.append(cp.asarray(cols))
     return out
 
@@ -65,38 +65,19 @@ def _relative_offdiag(cp, G, floor):
     return float(off.max()) if off.size else 0.0
 
 
-def jacobi_svd(A, full_matrices=False, compute_uv=True, *, tol=None, max_sweeps=60, precondition=True,
-               return_info=False):
-    """The GPU twin of :func:`linalg_gpu.jacobi.svd.jacobi_svd` (blocked; see the module docstring)."""
-    import cupy as cp
-
-    A = cp.asarray(A)
-    dt = A.dtype
-    m, n = A.shape
-    if m < n:
-        res = jacobi_svd(A.T, full_matrices, compute_uv, tol=tol, max_sweeps=max_sweeps, precondition=precondition,
-                         return_info=return_info)
-        if not compute_uv:
-            return res
-        U, s, Vh = res[:3]
-        out = (Vh.T, s, U.T)
-        return out + res[3:] if return_info else out
+def _one_sided(cp, W, tol, max_sweeps, block, want_v):
+    """Blocked one-sided Jacobi on the columns of W (rows x n): (columns, V, sweeps, converged, off)."""
+    dt = W.dtype
     eps = float(np.finfo(dt).eps)
-    tol = float(np.sqrt(m) * eps) if tol is None else float(tol)
-    Q = None
-    if precondition and m > n:
-        Q, W = cp.linalg.qr(A)                                                      # A = Q R, W = R (n x n)
-    else:
-        W = A.copy()
-    npad = _pad(n)
+    rows, n = W.shape
+    npad = _pad(n, block)
     c = 2.0 * float(cp.linalg.norm(W)) + 1.0
-    rows = W.shape[0]
     work = cp.zeros((rows + npad, n + npad), dtype=dt)
     work[:rows, :n] = W
     work[rows:, n:] = cp.eye(npad, dtype=dt) * c
     N = n + npad
-    V = cp.eye(N, dtype=dt) if compute_uv else None
-    steps = _step_columns(cp, round_robin(N // BLOCK))
+    V = cp.eye(N, dtype=dt) if want_v else None
+    steps = _step_columns(cp, round_robin(N // block), block)
     sweeps, converged, off, last = 0, False, np.inf, np.inf
     while sweeps <= max_sweeps:
         G = work.T @ work
@@ -108,7 +89,7 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, tol=None, max_sweeps=
             break
         sweeps += 1
         for cols in steps:
-            Ap = work[:, cols].transpose(1, 0, 2)                                   # (k, m, 2w)
+            Ap = work[:, cols].transpose(1, 0, 2)                                   # (k, rows, 2w)
             G = Ap.transpose(0, 2, 1) @ Ap                                          # (k, 2w, 2w)
             _, Wv = eigh_small(G, assume_symmetric=True)
             Wv = Wv[:, :, ::-1]                                                     # larger norms first
@@ -116,24 +97,62 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, tol=None, max_sweeps=
             if V is not None:
                 V[:, cols] = (V[:, cols].transpose(1, 0, 2) @ Wv).transpose(1, 0, 2)
     norms = cp.linalg.norm(work, axis=0)                                            # (N,) eq. 12
-    real = cp.argsort(norms)[: n] if npad else cp.arange(N)                         # the pad has norm c
+    real = cp.argsort(norms)[:n] if npad else cp.arange(N)                          # the pad has norm c
     real = real[cp.argsort(-norms[real])]
-    s = norms[real]
+    cols = work[:rows][:, real]
+    return cols, norms[real], (V[:n][:, real] if V is not None else None), sweeps, converged, off
+
+
+def jacobi_svd(A, full_matrices=False, compute_uv=True, *, tol=None, max_sweeps=60, precondition=True,
+               return_info=False, block=BLOCK):
+    """The GPU twin of :func:`linalg_gpu.jacobi.svd.jacobi_svd` (blocked; see the module docstring).
+
+    With ``precondition`` the Jacobi iteration runs on R^T of A = QR (cuSOLVER's Householder QR,
+    no column pivoting): R^T's columns are closer to orthogonal, which took the sweeps of random
+    float64 matrices from 10-16 to fewer (Drmac & Veselic's preconditioner; the numpy twin also
+    pivots). Then A = Q R = (Q V_w) S U_w^T for R^T = U_w S V_w^T.
+    """
+    import cupy as cp
+
+    A = cp.asarray(A)
+    dt = A.dtype
+    m, n = A.shape
+    if m < n:
+        res = jacobi_svd(A.T, full_matrices, compute_uv, tol=tol, max_sweeps=max_sweeps, precondition=precondition,
+                         return_info=return_info, block=block)
+        if not compute_uv:
+            return res
+        U, s, Vh = res[:3]
+        out = (Vh.T, s, U.T)
+        return out + res[3:] if return_info else out
+    eps = float(np.finfo(dt).eps)
+    tol = float(np.sqrt(m) * eps) if tol is None else float(tol)
+    if precondition:
+        Q, R = cp.linalg.qr(A)                                                      # A = Q R, R (n x n)
+        W = cp.ascontiguousarray(R.T)
+    else:
+        Q, W = None, A
+    cols, s, Vw, sweeps, converged, off = _one_sided(cp, W, tol, max_sweeps, block, compute_uv)
     info = {"sweeps": sweeps, "converged": converged, "off_norm": off, "ordering": "round_robin (blocks)",
-            "block": BLOCK}
+            "block": block, "precondition": bool(precondition)}
     if not converged and not return_info:
         raise np.linalg.LinAlgError(f"jacobi_svd did not converge in max_sweeps={max_sweeps} sweeps "
                                     f"(relative off-diagonal {off:.2e} > tol {tol:.2e})")
     if not compute_uv:
         return (s, info) if return_info else s
-    Vr = V[:n][:, real]                                                             # (n, n)
-    nz = s > s[0] * max(m, n) * eps if n else s > 0
-    U = cp.zeros((rows, n), dtype=dt)
-    U[:, nz] = work[:rows][:, real][:, nz] / s[nz]                                  # eq. 13
-    U = _complete(cp, U, nz, full_matrices and rows == m and m > n, m if full_matrices else n, dt)
-    if Q is not None:
-        U = Q @ U[:n] if not full_matrices else _complete(cp, Q @ U[:n, :n], cp.ones(n, bool), True, m, dt)
-    out = (U, s, Vr.T)
+    rows = W.shape[0]
+    nz = s > s[0] * max(m, n) * eps
+    Uw = cp.zeros((rows, n), dtype=dt)
+    Uw[:, nz] = cols[:, nz] / s[nz]                                                 # eq. 13
+    if Q is None:                                                                   # A = Uw S Vw^T
+        U = _complete(cp, Uw, nz, full_matrices and m > n, m if full_matrices else n, dt)
+        V = Vw
+    else:                                                                           # R^T = Uw S Vw^T
+        V = _complete(cp, Uw, nz, False, n, dt)
+        U = Q @ Vw
+        if full_matrices and m > n:
+            U = _complete(cp, U, cp.ones(n, dtype=bool), True, m, dt)
+    out = (U, s, V.T)
     return out + (info,) if return_info else out
 
 
@@ -163,7 +182,7 @@ def _complete(cp, U, nz, full, cols, dt):
     return out
 
 
-def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info=False):
+def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info=False, block=BLOCK):
     """The GPU twin of :func:`linalg_gpu.jacobi.klt.jacobi_eigh` (blocked; see the module docstring)."""
     import cupy as cp
 
@@ -172,14 +191,14 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info
     n = A.shape[0]
     eps = float(np.finfo(dt).eps)
     tol = float(n * eps) if tol is None else float(tol)
-    npad = _pad(n)
+    npad = _pad(n, block)
     c = 2.0 * float(cp.linalg.norm(A)) + 1.0
     N = n + npad
     work = cp.zeros((N, N), dtype=dt)
     work[:n, :n] = A
     work[n:, n:] = cp.eye(npad, dtype=dt) * c
     V = cp.eye(N, dtype=dt)
-    steps = _step_columns(cp, round_robin(N // BLOCK))
+    steps = _step_columns(cp, round_robin(N // block), block)
     sweeps, converged, off, last = 0, False, np.inf, np.inf
     while sweeps <= max_sweeps:
         off, last = _relative_offdiag(cp, work, N * eps * float(cp.linalg.norm(work))), off
@@ -194,12 +213,13 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info
             D = work[cols[:, :, None], cols[:, None, :]]                             # (k, 2w, 2w) diagonal blocks
             _, Wv = eigh_small(0.5 * (D + D.transpose(0, 2, 1)), assume_symmetric=True)
             flat = cols.reshape(-1)
-            R = work[flat].reshape(k, 2 * BLOCK, N)                                  # the rows of the pairs
-            work[flat] = (Wv.transpose(0, 2, 1) @ R).reshape(k * 2 * BLOCK, N)       # row update
-            C = work[:, flat].reshape(N, k, 2 * BLOCK).transpose(1, 0, 2)            # (k, N, 2w)
-            work[:, flat] = (C @ Wv).transpose(1, 0, 2).reshape(N, k * 2 * BLOCK)   # column update
-            Vc = V[:, flat].reshape(N, k, 2 * BLOCK).transpose(1, 0, 2)
-            V[:, flat] = (Vc @ Wv).transpose(1, 0, 2).reshape(N, k * 2 * BLOCK)
+            w2 = 2 * block
+            R = work[flat].reshape(k, w2, N)                                         # the rows of the pairs
+            work[flat] = (Wv.transpose(0, 2, 1) @ R).reshape(k * w2, N)              # row update
+            C = work[:, flat].reshape(N, k, w2).transpose(1, 0, 2)                   # (k, N, 2w)
+            work[:, flat] = (C @ Wv).transpose(1, 0, 2).reshape(N, k * w2)          # column update
+            Vc = V[:, flat].reshape(N, k, w2).transpose(1, 0, 2)
+            V[:, flat] = (Vc @ Wv).transpose(1, 0, 2).reshape(N, k * w2)
     from .klt import JacobiInfo
 
     info = JacobiInfo(sweeps=sweeps, converged=converged, rotations=sweeps * sum(len(c) for c in steps),
