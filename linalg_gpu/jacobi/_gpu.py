@@ -81,7 +81,7 @@ def _one_sided(cp, W, tol, max_sweeps, block, want_v):
     sweeps, converged, off, last = 0, False, np.inf, np.inf
     while sweeps <= max_sweeps:
         G = work.T @ work
-        off, last = _relative_offdiag(cp, G, N * eps * float(cp.abs(cp.diagonal(G)).max())), off
+        off, last = _relative_offdiag(cp, G, eps * float(cp.abs(cp.diagonal(G)).max())), off
         if off <= tol or (off < np.sqrt(eps) and off > 0.5 * last):
             converged = True
             break
@@ -201,7 +201,7 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info
     steps = _step_columns(cp, round_robin(N // block), block)
     sweeps, converged, off, last = 0, False, np.inf, np.inf
     while sweeps <= max_sweeps:
-        off, last = _relative_offdiag(cp, work, N * eps * float(cp.linalg.norm(work))), off
+        off, last = _relative_offdiag(cp, work, eps * float(cp.linalg.norm(work))), off
         if off <= tol or (off < np.sqrt(eps) and off > 0.5 * last):
             converged = True
             break
