@@ -156,7 +156,7 @@ def _normal_equations(xp, X, V, mask):
     b = (XwT @ V[..., None])[..., 0] / X.dtype.type(M)                             # (B, p)
     if mask is not None:
         empty = ~mask.any(axis=1)                                                   # (B,) no path in the money
-        if bool(empty.any()):
+        if bool(_host(empty).any()):                                                # host: no CuPy reduction JIT
             A = xp.where(empty[:, None, None], xp.eye(p, dtype=A.dtype), A)
             b = xp.where(empty[:, None], 0, b)
     return A, b

@@ -379,11 +379,12 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     ok &= ~nonfinite
     code = xp.full(B, STAGES.index(stages[0]), dtype=np.int8)
     breakdown = (~ok & ~nonfinite) if stages[0] == "ldlt" else xp.zeros(B, dtype=bool)
-    if not bool(ok.all()):
+    if C.host_any(~ok):
         x[~ok] = np.nan
     # with a per-system memory, systems that needed a later stage last time go straight to it
     forced = xp.zeros(B, dtype=bool) if start_codes is None else xp.asarray(start_codes).ravel() > 0
-    todo = xp.flatnonzero(~nonfinite & (~(ok & (residual <= rtol)) | forced)) if len(stages) > 1 else xp.arange(0)
+    todo = C.host_flatnonzero(xp, ~nonfinite & (~(ok & (residual <= rtol)) | forced)) if len(stages) > 1 \
+        else xp.arange(0)
     for i, stage in enumerate(stages[1:], start=1):
         if todo.size == 0:
             break
@@ -417,7 +418,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     x = x[..., 0] if vec else x
     if return_report:
         return x, report
-    if not bool(ok.all()):
+    if C.host_any(~ok):
         bad = _host(~ok)
         why = ("non-finite input" if _host(nonfinite)[bad].all()
                else f"{method} failed (breakdown or zero pivot)")
