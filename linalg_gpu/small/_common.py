@@ -55,18 +55,28 @@ def check_symmetric_input(A, fname, check_finite, assume_symmetric):
     return A, batch, A.shape[-1]
 
 
+#: Batches up to this many systems have their flags reduced on the host (see :func:`host_any`);
+#: larger ones on the device, where the copy would cost more than the reduction.
+HOST_FLAGS_MAX = 1 << 16
+
+
 def host_any(flags) -> bool:
-    """``flags.any()`` read on the host. For a cupy array this copies the flags (one byte per
-    system) instead of running a CuPy reduction: CuPy JIT-compiles its reduction kernels per launch
-    configuration, and in bench_cva's first run at a new batch size ten such compiles (1.2 s each)
-    were 12 of its 13.5 s (measured on an H100 with an empty CuPy cache)."""
+    """``flags.any()``, read on the host for batches up to ``HOST_FLAGS_MAX`` systems. For such a
+    cupy array this copies the flags (one byte per system) instead of running a CuPy reduction:
+    CuPy JIT-compiles its reduction kernels per launch configuration, and in bench_cva's first run
+    at a new batch size (3259 systems) ten such compiles of 1.2 s each were 12 of its 13.5 s
+    (measured on an H100 with an empty CuPy cache)."""
+    if hasattr(flags, "get") and flags.size > HOST_FLAGS_MAX:
+        return bool(flags.any())
     return bool(np.asarray(flags.get() if hasattr(flags, "get") else flags).any())
 
 
 def host_flatnonzero(xp, mask):
-    """``xp.flatnonzero(mask)`` computed on the host (see :func:`host_any`), returned in ``xp``."""
-    idx = np.flatnonzero(np.asarray(mask.get() if hasattr(mask, "get") else mask))
-    return xp.asarray(idx)
+    """``xp.flatnonzero(mask)``, computed on the host for batches up to ``HOST_FLAGS_MAX`` (see
+    :func:`host_any`), returned in ``xp``."""
+    if hasattr(mask, "get") and mask.size > HOST_FLAGS_MAX:
+        return xp.flatnonzero(mask)
+    return xp.asarray(np.flatnonzero(np.asarray(mask.get() if hasattr(mask, "get") else mask)))
 
 
 def raise_for_screening(A, arrays, names, nonfinite, asym, check_finite, assume_symmetric):
