@@ -178,6 +178,10 @@ def main(argv=None) -> int:
     except _UsageError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
+    except ValueError as exc:                                      # a valid config the engine cannot run
+        source = getattr(args, "config", None)
+        print(f"{source}: {exc}" if source else f"cva: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("cva: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

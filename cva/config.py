@@ -553,7 +553,7 @@ class Counterparty(_Section):
     recovery: Num = Field(0.4, ge=0, lt=1)
     hazard_rate: Annotated[Num, Field(ge=0)] | None = None
     hazards: Hazards | None = None
-    cds_spreads: Annotated[dict[Annotated[Num, Field(gt=0)], Annotated[Num, Field(ge=0)]],
+    cds_spreads: Annotated[dict[Annotated[Num, Field(gt=0)], Annotated[Num, Field(gt=0)]],
                            Field(min_length=1)] | None = None
 
     _SPECS: ClassVar[tuple[str, ...]] = ("hazard_rate", "hazards", "cds_spreads")

@@ -40,7 +40,7 @@ def correlation_matrix(corr, d: int) -> np.ndarray:
             raise ValueError(f"correlation must be finite, got {rho}")
         C = np.full((d, d), rho)
         np.fill_diagonal(C, 1.0)
-        if d > 1 and not (-1.0 / (d - 1) - PSD_TOL <= rho <= 1.0):
+        if d > 1 and not (-(1.0 + PSD_TOL / 2) / (d - 1) <= rho <= 1.0):  # then the matrix check passes too
             raise ValueError(f"scalar correlation {rho} is not positive semi-definite for d = {d} assets: "
                              f"it must lie in [{-1.0 / (d - 1):.6g}, 1]")
         return C

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 import linalg_gpu as lg
-from cva import basis, measures
+from cva import basis, measures, rng
 from cva.analytic import black_scholes_array
 from cva.backend import resolve_backend
 from cva.config import load_config
@@ -72,10 +72,16 @@ def build_plan(cfg) -> Plan:
     exposure = cfg.exposure_times()
     contracts = [Contract.from_config(c) for c in cfg.portfolio]
     times = np.concatenate([exposure] + [c.exercise_times() for c in contracts])
-    grid = np.unique(np.round(times, 12))
+    T = float(exposure[-1])
+    keys = np.unique(np.round(times / T, 12))                      # dates equal to 12 digits relative to T
+    grid = keys * T
+    limit = min(rng.DATE_LIMIT, rng.GROUP_LIMIT * 4 // cfg.d) - 1
+    if grid.size > limit:
+        raise ValueError(f"simulation.dates and exercise_dates: the simulation grid has {grid.size} dates, more "
+                         f"than the {limit} the random streams can key for d = {cfg.d} assets")
 
     def index(t):
-        return np.searchsorted(grid, np.round(t, 12))
+        return np.searchsorted(keys, np.round(np.asarray(t) / T, 12))
 
     return Plan(grid=grid, exposure_index=index(exposure), contracts=contracts,
                 exercise_index=[index(c.exercise_times()) for c in contracts],

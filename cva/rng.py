@@ -47,6 +47,7 @@ _GROUP_LIMIT = 1 << 16         # q >> 2 occupies the low 16 bits
 _CHUNK_BYTES = 16 * 2**20      # cap on the numpy path's temporaries (16 MB: cache-friendlier than 64)
 _BYTES_PER_GROUP = 320         # temporaries per Philox call of the numpy path (measured ~250 B)
 _THREADS = 256                 # CUDA block size
+DATE_LIMIT, GROUP_LIMIT = _DATE_LIMIT, _GROUP_LIMIT   # public: the engine checks its grid against them
 _MAX_BLOCKS = 8192             # grid cap; the kernels loop grid-stride
 
 

@@ -132,3 +132,17 @@ def test_ctrl_c_exits_130(monkeypatch, capsys):
     assert main(["validate", "x.yaml"]) == 130
     _, err = capsys.readouterr()
     assert len(err.strip().splitlines()) == 1 and "interrupted" in err
+
+
+def test_engine_errors_on_a_valid_config_are_one_line(tmp_path, capsys):
+    """A config that validates but that the engine cannot run (an inverted CDS curve) exits 2, one line."""
+    from cva.cli import main as cli_main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("market: {spot: 100, vol: 0.2}\n"
+                   "portfolio: [{style: european, payoff: call, underlying: {asset: 0}, strike: 100, maturity: 1}]\n"
+                   "counterparty: {recovery: 0.4, cds_spreads: {1: 0.05, 2: 0.001}}\n"
+                   f"simulation: {{dates: 2, outer_paths: 8, inner_paths: 4}}\noutput: {{dir: {tmp_path / 'o'}}}\n")
+    assert cli_main(["run", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tenor 2" in err[0] and "Traceback" not in err[0]

@@ -393,3 +393,11 @@ def test_known_spectrum(rng):
     A = (A + A.T) / 2
     w, V = jacobi_eigh(A)
     check_eigh(A, w, V, np.float64, "known spectrum", w_ref=np.arange(1.0, 11.0))
+
+
+def test_entries_near_the_overflow_threshold():
+    """||A||_F overflowed for entries above ~1e154 and stopped the rotations (review finding)."""
+    w, _ = jacobi_eigh(np.array([[0.0, 1e200], [1e200, 0.0]]))
+    np.testing.assert_allclose(w, [-1e200, 1e200], rtol=1e-14)
+    w, _ = jacobi_eigh(np.array([[1.0, 1e160, 0], [1e160, 0, 0], [0, 0, 1]]))
+    np.testing.assert_allclose(w, [-1e160, 1.0, 1e160], rtol=1e-14)

@@ -129,7 +129,7 @@ def _jacobi_eigh_np(A, steps, tol, max_sweeps):
     n = A.shape[0]
     W = np.eye(n, dtype=A.dtype)                                       # (n, n) V^T: row k = column k of V
     cols = np.arange(n)                                                # (n,)
-    norm_a = float(np.linalg.norm(A.astype(np.float64)))              # ||A||_F (no float32 overflow), invariant
+    norm_a = _fro(A)                                                   # ||A||_F (no float32 overflow), invariant
     abs_thr = A.dtype.type(tol * norm_a)
     tol_t = A.dtype.type(tol)
     sweeps = rotations = 0
@@ -186,7 +186,7 @@ def _jacobi_eigh_np(A, steps, tol, max_sweeps):
             break
     d = np.diagonal(A).copy()                                          # (n,)
     np.fill_diagonal(A, 0)
-    off = float(np.linalg.norm(A.astype(np.float64)))                 # ||offdiag(A)||_F
+    off = _fro(A)                                                      # ||offdiag(A)||_F
     info = JacobiInfo(sweeps=sweeps, converged=converged, rotations=rotations,
                       off_norm=off / norm_a if norm_a > 0 else 0.0, tol=tol)
     return d, W.T, info
@@ -194,6 +194,13 @@ def _jacobi_eigh_np(A, steps, tol, max_sweeps):
 
 # ---------------------------------------------------------------------------------------------
 # public functions
+
+
+def _fro(A) -> float:
+    """||A||_F without overflow for entries near the dtype's range: max|a| * ||A / max|a|||_F."""
+    A = np.asarray(A, dtype=np.float64)
+    mx = float(np.abs(A).max()) if A.size else 0.0
+    return mx * float(np.linalg.norm(A / mx)) if mx > 0 else 0.0
 
 
 def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_symmetric=True, return_info=False):

@@ -160,13 +160,12 @@ def _householder_qrcp(A):
     cols = np.arange(n)
     vs, taus = [], []
     for k in range(n):
-        norms2 = (T[k:, k:] ** 2).sum(axis=1)                            # (n - k,) trailing column norms
-        p = k + int(np.argmax(norms2))
+        p = k + int(np.argmax(_scaled_norms(T[k:, k:])))                 # (n - k,) trailing column norms
         if p != k:
             T[[k, p]] = T[[p, k]]
             cols[[k, p]] = cols[[p, k]]
         x = T[k, k:].copy()                                              # (m - k,)
-        nx = float(np.sqrt((x * x).sum()))
+        nx = float(_scaled_norms(x[None, :])[0])
         if nx == 0:                                                      # the rest is zero: rank k
             break
         if not x[1:].any():                                              # nothing to eliminate: H_k = I
@@ -175,9 +174,11 @@ def _householder_qrcp(A):
             continue
         x0 = float(x[0])
         alpha = -math.copysign(nx, x0)
-        v = x
-        v[0] = x0 - alpha                                                # no cancellation
-        tau = 1 / (nx * (nx + abs(x0)))                                  # 2 / v^T v
+        # xLARFG's form: v = x / (x0 - alpha) with v[0] = 1 and tau = (alpha - x0) / alpha in [1, 2]:
+        # nothing squares the (possibly tiny or huge) entries, so nothing under- or overflows
+        v = x / (x0 - alpha)
+        v[0] = 1.0
+        tau = (alpha - x0) / alpha
         T[k, k:] = 0
         T[k, k] = alpha
         if k + 1 < n:
@@ -186,6 +187,13 @@ def _householder_qrcp(A):
         taus.append(tau)
     R = np.triu(T[:, :n].T)                                              # (n, n)
     return R, rows, cols, (vs, taus)
+
+
+def _scaled_norms(X):
+    """The 2-norms of the rows of X (r, m) without under- or overflow: max|x| * ||x / max|x|||."""
+    mx = np.abs(X).max(axis=1)
+    safe = np.where(mx > 0, mx, 1)
+    return mx * np.sqrt(((X / safe[:, None]) ** 2).sum(axis=1))
 
 
 def _apply_q(reflectors, Y):
@@ -423,6 +431,13 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin
         U, s, V, info = _jacobi_svd_tall(A, full_matrices, compute_uv, ordering, tol, max_sweeps, mode)
     else:                                                                 # A^T = V s U^T
         V, s, U, info = _jacobi_svd_tall(A.T, full_matrices, compute_uv, ordering, tol, max_sweeps, mode)
+    # backstops for dynamic ranges the sums of squares of eq. 8 cannot represent (columns more than
+    # ~1e150 apart in float64, ~1e19 in float32): never a silent NaN or a false "converged"
+    if not (np.all(np.isfinite(s)) and (not compute_uv or (np.all(np.isfinite(U)) and np.all(np.isfinite(V))))):
+        raise np.linalg.LinAlgError("jacobi_svd produced non-finite values: the column norms of A span more than "
+                                    f"{A.dtype} can square (about 1e150 in float64, 1e19 in float32)")
+    if not np.isfinite(info["off_norm"]) or info["off_norm"] > 1e-2:
+        info["converged"] = False
     if not info["converged"] and not return_info:
         raise np.linalg.LinAlgError(
             f"jacobi_svd did not converge in max_sweeps={max_sweeps} sweeps (largest relative "
