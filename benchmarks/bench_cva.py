@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _results import write_results
 
 import cva
 from linalg_gpu._backend import cupy_available
@@ -119,10 +119,7 @@ def main(argv=None):
             ratio = g["inner_asset_steps_per_s"] / c["inner_asset_steps_per_s"]
             result[f"gpu_over_cpu_rate_{dtype}"] = ratio
             print(f"{dtype}: GPU inner asset-steps/s over the CPU's: {ratio:.1f}x")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.json}")
+    write_results(args.json, result)
     return result
 
 

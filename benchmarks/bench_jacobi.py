@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import time
 from pathlib import Path
 
 import numpy as np
+from _results import write_results
 
 PEAK = {"float64": 67e12, "float32": 67e12}
 
@@ -97,10 +97,7 @@ def main(argv=None):
     result["eigh"].append(row)
     print(f"jacobi_eigh n={n} float32: ours {t_ours:.4f} s ({info.sweeps} sweeps); cupy.linalg.eigh "
           f"{t_syevd:.4f} s; eigenvalues agree to {err:.1e} relative")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.json}")
+    write_results(args.json, result)
     return result
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import platform
 import time
 from pathlib import Path
 
 import numpy as np
+from _results import write_results
 
 from cva import basis, rng
 from cva.lsm import longstaff_schwartz
@@ -160,10 +160,7 @@ def main(argv=None):
         from linalg_gpu._kernels import COMPILE_SECONDS
 
         result["compile_seconds"] = dict(COMPILE_SECONDS)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.json}")
+    write_results(args.json, result)
     return result
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import sys
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _results import write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import linalg_gpu as lg  # noqa: E402
@@ -159,10 +159,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.gpu:
         result = gpu_main(args)
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(result, indent=2))
-            print(f"wrote {args.json}")
+        write_results(args.json, result)
         return result
     eig_batch = args.eigh_batch or max(1, args.batch // 10)
     rng = np.random.default_rng(args.seed)
@@ -206,10 +203,7 @@ def main(argv=None):
         "fig2_auto": {"batch": int(A.shape[0]), "seconds": t_auto, "method_mix": mix,
                       "max_residual": float(np.nanmax(rep.residual)), "median_cond": float(np.median(cond))},
     }
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.json}")
+    write_results(args.json, result)
     return result
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 import linalg_gpu as lg
 from linalg_gpu._backend import get_array_module
+from linalg_gpu._backend import to_host as _host
 
 
 @dataclass
@@ -194,7 +195,3 @@ def report_summary(reports) -> list[dict]:
                      "max_cond": float(np.nanmax(cond)) if cond.size else float("nan"),
                      "discarded": int(_host(rep.n_discarded).sum()), "failed": int((~_host(rep.ok)).sum())})
     return rows
-
-
-def _host(a):
-    return a.get() if hasattr(a, "get") else np.asarray(a)

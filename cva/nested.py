@@ -40,6 +40,7 @@ from cva.credit import Counterparty
 from cva.lsm import StageClock, longstaff_schwartz
 from cva.model import BlackScholes
 from cva.products import Contract
+from linalg_gpu._backend import to_host as _host
 
 STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "solve", "exercise", "statistics", "io")
 COND_SAMPLE = 256          # regression matrices per (contract, date) of the first chunk whose condition number is
@@ -137,10 +138,6 @@ class DateStats:
             for k, v in row.items():
                 mine[k] = max(mine[k], v) if k == "max_residual" else mine[k] + v
             self.cond[g].extend(cond)
-
-
-def _host(a):
-    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):

@@ -22,12 +22,9 @@ from cva.config import load_config
 from cva.lsm import apply_policy, longstaff_schwartz, report_summary
 from cva.model import BlackScholes
 from cva.products import Contract
+from linalg_gpu._backend import to_host as _host
 
 Z95 = 1.959963984540054
-
-
-def _host(a):
-    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:

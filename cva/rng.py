@@ -42,12 +42,11 @@ _W0, _W1 = 0x9E3779B9, 0xBB67AE85                          # Weyl key increments
 _MASK = 0xFFFFFFFF
 _ROUNDS = 10
 _U32 = 1 << 32
-_DATE_LIMIT = 1 << 16          # k occupies the high 16 bits of counter word 2
-_GROUP_LIMIT = 1 << 16         # q >> 2 occupies the low 16 bits
+DATE_LIMIT = 1 << 16          # k occupies the high 16 bits of counter word 2
+GROUP_LIMIT = 1 << 16         # q >> 2 occupies the low 16 bits
 _CHUNK_BYTES = 16 * 2**20      # cap on the numpy path's temporaries (16 MB: cache-friendlier than 64)
 _BYTES_PER_GROUP = 320         # temporaries per Philox call of the numpy path (measured ~250 B)
 _THREADS = 256                 # CUDA block size
-DATE_LIMIT, GROUP_LIMIT = _DATE_LIMIT, _GROUP_LIMIT   # public: the engine checks its grid against them
 _MAX_BLOCKS = 8192             # grid cap; the kernels loop grid-stride
 
 
@@ -196,13 +195,13 @@ def _check_args(seed, purpose, outer, inner, date, steps, d, xp):
     purpose = _check_purpose(purpose)
     l0, n_outer = _check_range(outer, "outer", _U32)
     m0, n_inner = _check_range(inner, "inner", _U32)
-    date = _check_int(date, "date", 0, _DATE_LIMIT)
-    d = _check_int(d, "d", 1, 4 * _GROUP_LIMIT + 1)
-    j0, n_steps = _check_range(steps, "steps", 4 * _GROUP_LIMIT)
-    if (j0 + n_steps) * d > 4 * _GROUP_LIMIT:
+    date = _check_int(date, "date", 0, DATE_LIMIT)
+    d = _check_int(d, "d", 1, 4 * GROUP_LIMIT + 1)
+    j0, n_steps = _check_range(steps, "steps", 4 * GROUP_LIMIT)
+    if (j0 + n_steps) * d > 4 * GROUP_LIMIT:
         raise ValueError(
             f"steps=({j0}, {n_steps}) with d={d} reaches the flat index q = j * d + a = {(j0 + n_steps) * d - 1}; "
-            f"q >> 2 must stay below 2**16, i.e. (start + count) * d <= {4 * _GROUP_LIMIT}"
+            f"q >> 2 must stay below 2**16, i.e. (start + count) * d <= {4 * GROUP_LIMIT}"
         )
     return seed, purpose, l0, n_outer, m0, n_inner, date, j0, n_steps, d, _check_xp(xp)
 

@@ -69,5 +69,10 @@ def common_dtype(*named_arrays) -> np.dtype:
     return np.dtype(np.float64) if np.dtype(np.float64) in dts else np.dtype(np.float32)
 
 
+def to_host(a) -> np.ndarray:
+    """A numpy array of ``a`` (copied from the device for cupy)."""
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
 def eps(dtype) -> float:
     return float(np.finfo(dtype).eps)

@@ -65,6 +65,11 @@ def _relative_offdiag(cp, G, floor):
     return float(off.max()) if off.size else 0.0
 
 
+def _stopped(off, last, tol, eps):
+    """Converged: at most ``tol``, or at the rounding floor and no longer halving (module docstring)."""
+    return off <= tol or (off < np.sqrt(eps) and off > 0.5 * last)
+
+
 def _one_sided(cp, W, tol, max_sweeps, block, want_v):
     """Blocked one-sided Jacobi on the columns of W (rows x n): (columns, V, sweeps, converged, off)."""
     dt = W.dtype
@@ -82,7 +87,7 @@ def _one_sided(cp, W, tol, max_sweeps, block, want_v):
     while sweeps <= max_sweeps:
         G = work.T @ work
         off, last = _relative_offdiag(cp, G, eps * float(cp.abs(cp.diagonal(G)).max())), off
-        if off <= tol or (off < np.sqrt(eps) and off > 0.5 * last):
+        if _stopped(off, last, tol, eps):
             converged = True
             break
         if sweeps == max_sweeps:
@@ -202,7 +207,7 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info
     sweeps, converged, off, last = 0, False, np.inf, np.inf
     while sweeps <= max_sweeps:
         off, last = _relative_offdiag(cp, work, eps * float(cp.linalg.norm(work))), off
-        if off <= tol or (off < np.sqrt(eps) and off > 0.5 * last):
+        if _stopped(off, last, tol, eps):
             converged = True
             break
         if sweeps == max_sweeps:

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .._backend import as_array, check_dtype, common_dtype, get_array_module
+from .._backend import as_array, check_dtype, common_dtype, get_array_module, to_host
 
 __all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch", "check_symmetric_input",
            "check_tridiagonal", "raise_for_screening", "flatten_batch", "map_chunks", "chunk_size",
@@ -68,7 +68,7 @@ def host_any(flags) -> bool:
     (measured on an H100 with an empty CuPy cache)."""
     if hasattr(flags, "get") and flags.size > HOST_FLAGS_MAX:
         return bool(flags.any())
-    return bool(np.asarray(flags.get() if hasattr(flags, "get") else flags).any())
+    return bool(to_host(flags).any())
 
 
 def host_flatnonzero(xp, mask):
@@ -76,7 +76,7 @@ def host_flatnonzero(xp, mask):
     :func:`host_any`), returned in ``xp``."""
     if hasattr(mask, "get") and mask.size > HOST_FLAGS_MAX:
         return xp.flatnonzero(mask)
-    return xp.asarray(np.flatnonzero(np.asarray(mask.get() if hasattr(mask, "get") else mask)))
+    return xp.asarray(np.flatnonzero(to_host(mask)))
 
 
 def raise_for_screening(A, arrays, names, nonfinite, asym, check_finite, assume_symmetric):

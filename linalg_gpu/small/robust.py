@@ -13,12 +13,11 @@ they were well conditioned, or goes straight to the truncated eigen-solve when t
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._backend import get_array_module
+from .._backend import get_array_module, to_host
 from . import _common as C
 from . import _gpu
 from .householder import _apply_reflectors_bl, _symmetrize_lower_bl, _tridiagonalize_bl
@@ -170,22 +169,6 @@ class SolverMemory:
     def __contains__(self, key):
         return key in self._last
 
-    def state(self) -> dict:
-        """A JSON-serializable copy of what is remembered (keys as given; use str keys to serialize)."""
-        last = {k: {**v, **({"start_codes": _host(v["start_codes"]).tolist()} if "start_codes" in v else {})}
-                for k, v in self._last.items()}
-        return {"threshold": self.threshold, "per_system": self.per_system, "last": copy.deepcopy(last)}
-
-    @classmethod
-    def from_state(cls, state, xp=np) -> SolverMemory:
-        """The memory saved by :meth:`state` (e.g. to resume an interrupted run bitwise)."""
-        mem = cls(state["threshold"], per_system=state.get("per_system", False))
-        mem._last = copy.deepcopy(state["last"])
-        for v in mem._last.values():
-            if "start_codes" in v:
-                v["start_codes"] = xp.asarray(np.asarray(v["start_codes"], dtype=np.int8))
-        return mem
-
     def __repr__(self):
         return f"SolverMemory(threshold={self.threshold}, keys={len(self._last)})"
 
@@ -245,9 +228,7 @@ def _relative_residual_bl(A, x, b, nA=None):
     return rel.max(0)
 
 
-def _host(a):
-    """A numpy view of a report array (copied from the device for cupy)."""
-    return a.get() if hasattr(a, "get") else np.asarray(a)
+_host = to_host
 
 
 def _stage(xp, stage, cond_max):
@@ -382,9 +363,10 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     if C.host_any(~ok):
         x[~ok] = np.nan
     # with a per-system memory, systems that needed a later stage last time go straight to it
-    forced = xp.zeros(B, dtype=bool) if start_codes is None else xp.asarray(start_codes).ravel() > 0
-    todo = C.host_flatnonzero(xp, ~nonfinite & (~(ok & (residual <= rtol)) | forced)) if len(stages) > 1 \
-        else xp.arange(0)
+    redo = ~(ok & (residual <= rtol))
+    if start_codes is not None:
+        redo |= xp.asarray(start_codes).ravel() > 0
+    todo = C.host_flatnonzero(xp, ~nonfinite & redo) if len(stages) > 1 else xp.arange(0)
     for i, stage in enumerate(stages[1:], start=1):
         if todo.size == 0:
             break
