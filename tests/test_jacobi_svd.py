@@ -355,8 +355,8 @@ def test_bad_options(kwargs, match):
 
 
 def test_cupy_input_goes_to_the_gpu_twin(monkeypatch):
-    """The dispatch only (no GPU here): a cupy array is handed to ``_gpu.jacobi_svd`` unchanged."""
-    import linalg_gpu.jacobi._gpu as gpu
+    """The dispatch only (no GPU here): a cupy array is handed to ``blocked.jacobi_svd`` unchanged."""
+    import linalg_gpu.jacobi.blocked as gpu
 
     calls = []
     monkeypatch.setattr(svd_mod, "is_cupy_array", lambda x: True)

@@ -12,7 +12,7 @@ holds the eigenvectors (the KLT matrix). The parallel version groups the pairs o
 
 Here a step is one vectorized numpy operation over its pairs (fancy indexing; no Python loop
 over pairs): the numpy twin of the two kernels of paper 004. The GPU path is
-``linalg_gpu.jacobi._gpu.jacobi_eigh`` (cupy input).
+``linalg_gpu.jacobi.blocked.jacobi_eigh`` (cupy input).
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
     n eps cond(B) relative error, however wide the range of D.
 
     numpy input runs the numpy code here (the twin of the kernels). cupy input is checked here
-    (shape, dtype, finite, symmetric) and then handed to ``linalg_gpu.jacobi._gpu.jacobi_eigh``
+    (shape, dtype, finite, symmetric) and then handed to ``linalg_gpu.jacobi.blocked.jacobi_eigh``
     (a blocked chess tournament on the GPU) with ``tol``, ``max_sweeps``, ``check_symmetric``
     and ``return_info`` as given; its stopping rule, its default ``tol`` and its ``info``
     are described there.
@@ -301,10 +301,10 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
         if ordering != "round_robin":
             raise ValueError(f"ordering={ordering!r} is not available for cupy input; the GPU kernels "
                              "use 'round_robin' (the chess tournament)")
-        from . import _gpu
+        from . import blocked
 
-        return _gpu.jacobi_eigh(A, tol=tol, max_sweeps=max_sweeps, check_symmetric=check_symmetric,
-                                return_info=return_info)
+        return blocked.jacobi_eigh(A, tol=tol, max_sweeps=max_sweeps, check_symmetric=check_symmetric,
+                                   return_info=return_info)
     n = A.shape[0]
     d, V, info = _jacobi_eigh_np(_lower_symmetric(A), sweep(n, ordering), thr, int(max_sweeps))
     if not info.converged and not return_info:

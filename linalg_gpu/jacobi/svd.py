@@ -13,9 +13,9 @@ pivot pair (i, j) (paper 002):
 A sweep runs the steps of an ordering (``orderings.sweep``); the pairs of a step are disjoint,
 so each step is one vectorized numpy update of all its pairs (fancy indexing over rows of the
 transposed, row-major working copy; no Python loop over pairs). Cupy input goes to
-``linalg_gpu.jacobi._gpu.jacobi_svd``, a blocked variant (its own ordering over column blocks,
-plain QR preconditioning): its singular values agree with this path normwise, not to the last
-bit.
+``linalg_gpu.jacobi.blocked.jacobi_svd``, the blocked variant (the chess tournament over column
+blocks, an inner Jacobi per block pair, QR of the row- and column-sorted matrix as preconditioner):
+its singular values agree with this path to high relative accuracy, not to the last bit.
 
 A pair is rotated only when it is not relatively orthogonal (paper 000, eq. 2.3; paper 002,
 eq. 14), |gamma| > tol * sqrt(alpha) sqrt(beta); a sweep that rotates nothing ends the
@@ -410,10 +410,10 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin
     """
     mode = _check_options(ordering, tol, max_sweeps, precondition)
     if is_cupy_array(A):
-        from . import _gpu
+        from . import blocked
 
-        return _gpu.jacobi_svd(A, full_matrices, compute_uv, tol=tol, max_sweeps=max_sweeps,
-                               precondition=precondition, return_info=return_info)
+        return blocked.jacobi_svd(A, full_matrices, compute_uv, tol=tol, max_sweeps=max_sweeps,
+                                  precondition=precondition, return_info=return_info)
     A = _check_matrix(A)
     dt = A.dtype
     m, n = A.shape

@@ -1,4 +1,5 @@
-"""The blocked GPU Jacobi SVD and eigen (KLT) against LAPACK (numpy) and the numpy path."""
+"""The blocked GPU Jacobi SVD and eigen (KLT) against LAPACK (numpy), mpmath and the numpy paths;
+the inner-Jacobi kernel against its numpy twin."""
 
 import numpy as np
 import pytest
@@ -6,6 +7,8 @@ import pytest
 cp = pytest.importorskip("cupy")
 
 import linalg_gpu as lg  # noqa: E402
+from linalg_gpu.jacobi import blocked  # noqa: E402
+from linalg_gpu.jacobi.block import block_eigh  # noqa: E402
 
 
 def _eps(dt):
@@ -24,10 +27,7 @@ def test_jacobi_svd_gpu_against_lapack(rng, dtype, shape):
     tol = 50 * max(shape) * _eps(dtype)
     np.testing.assert_allclose(s, ref, atol=tol * ref[0])
     assert np.linalg.norm(A - (U * s) @ Vh) <= tol * np.linalg.norm(A)
-    # the blocked GPU path rotates by eigenvectors of Gram matrices: the singular vectors computed as
-    # columns / s are orthogonal to ~ eps * cond^2
-    orth = max(tol, 100 * _eps(dtype) * (ref[0] / ref[-1]) ** 2)   # measured: up to ~eps cond^2
-    assert np.abs(U.T @ U - np.eye(k)).max() <= orth and np.abs(Vh @ Vh.T - np.eye(k)).max() <= orth
+    assert np.abs(U.T @ U - np.eye(k)).max() <= tol and np.abs(Vh @ Vh.T - np.eye(k)).max() <= tol
     s_cpu = lg.jacobi_svd(A, compute_uv=False)
     np.testing.assert_allclose(s, s_cpu, atol=tol * ref[0])                      # the numpy twin
 
@@ -64,3 +64,61 @@ def test_klt_gpu_decorrelates(rng):
     np.testing.assert_allclose(np.diag(C), w, rtol=1e-9, atol=1e-12 * w.max())
     assert np.abs(C - np.diag(np.diag(C))).max() < 1e-10 * w.max()
     np.testing.assert_allclose(w, np.linalg.eigvalsh(np.cov(X, rowvar=False)), atol=1e-10 * w.max())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("K", [32, 64])
+def test_block_eigh_kernel_against_numpy_twin(rng, dtype, K):
+    X = rng.standard_normal((40, K, 3 * K)) * np.logspace(0, -3, K)[:, None]
+    G = (X @ X.transpose(0, 2, 1)).astype(dtype)
+    G[3] = np.diag(np.diag(G[3]))                                                # nothing to rotate: V = I
+    tol = 8 * _eps(dtype)
+    V = cp.asnumpy(block_eigh(cp.asarray(G), tol, 30))
+    V0 = block_eigh(G, tol, 30)
+    np.testing.assert_array_equal(V[3], np.eye(K))
+    Gd = G.astype(np.float64)
+    for W in (V, V0):
+        D = W.transpose(0, 2, 1).astype(np.float64) @ Gd @ W
+        d = np.diagonal(D, axis1=1, axis2=2).copy()
+        d[3] = d[3][np.argsort(-d[3])]                                           # V = I: the diagonal as it was
+        ref = np.linalg.eigvalsh(Gd)[:, ::-1]
+        scale = np.sqrt(d[:, :, None] * d[:, None, :])
+        assert np.abs(d - ref).max() <= 50 * K * _eps(dtype) * ref.max()
+        assert np.abs(np.triu(D / scale, 1)).max() <= 100 * K * _eps(dtype)    # relatively diagonal
+        assert np.abs(W.transpose(0, 2, 1) @ W - np.eye(K)).max() <= 10 * K * _eps(dtype)
+        assert np.all(np.diff(d, axis=1) <= 50 * K * _eps(dtype) * ref.max())  # sorted descending
+    np.testing.assert_allclose(np.abs(V), np.abs(V0), atol=1e3 * K * _eps(dtype))   # same vectors (well separated)
+
+
+def test_block_eigh_strided_diagonal_blocks(rng):
+    """The two-sided path hands the kernel the diagonal blocks of a matrix as a strided view."""
+    n, K = 256, 64
+    X = rng.standard_normal((n, n))
+    A = cp.asarray(X + X.T)
+    D = cp.lib.stride_tricks.as_strided(A, shape=(n // K, K, K), strides=(K * (n + 1) * 8, n * 8, 8))
+    V = block_eigh(D, 1e-14, 30)
+    V0 = block_eigh(cp.asnumpy(cp.ascontiguousarray(D)), 1e-14, 30)
+    np.testing.assert_allclose(np.abs(cp.asnumpy(V)), np.abs(V0), atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(150, 150), (300, 100)])
+def test_jacobi_svd_gpu_graded_relative_accuracy(rng, shape):
+    """A = D1 B D2 with D's over 1e-12..1: the GPU path against the pointwise numpy path (itself
+    checked against mpmath in tests/test_jacobi_svd.py) to high relative accuracy."""
+    m, n = shape
+    A = (10 ** rng.uniform(-12, 0, m))[:, None] * rng.standard_normal(shape) * 10 ** rng.uniform(-12, 0, n)
+    s = cp.asnumpy(lg.jacobi_svd(cp.asarray(A), compute_uv=False))
+    s0 = lg.jacobi_svd(A, compute_uv=False)
+    assert np.abs(s / s0 - 1).max() <= 1e3 * n * _eps(np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_blocked_gpu_against_blocked_numpy(rng, dtype):
+    A = rng.standard_normal((200, 130)).astype(dtype)
+    s, info = blocked.jacobi_svd(cp.asarray(A), compute_uv=False, return_info=True)
+    s0, info0 = blocked.jacobi_svd(A, compute_uv=False, return_info=True)
+    np.testing.assert_allclose(cp.asnumpy(s), s0, rtol=100 * 200 * _eps(dtype))
+    S = (A.T @ A / 200).astype(dtype)
+    w, V = blocked.jacobi_eigh(cp.asarray(S))
+    w0, V0 = blocked.jacobi_eigh(S)
+    np.testing.assert_allclose(cp.asnumpy(w), w0, atol=100 * 130 * _eps(dtype) * np.abs(w0).max())
