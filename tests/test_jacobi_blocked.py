@@ -4,14 +4,11 @@ on graded matrices, against the pointwise paths (themselves checked against mpma
 
 import numpy as np
 import pytest
+from small_testlib import eps as _eps
 
 from linalg_gpu import jacobi_eigh, jacobi_svd
 from linalg_gpu.jacobi import blocked
 from linalg_gpu.jacobi.block import block_eigh
-
-
-def _eps(dt):
-    return float(np.finfo(dt).eps)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -132,6 +132,21 @@ def _stopped(off, last, tol, eps):
     return off <= tol or (off < np.sqrt(eps) and off > 0.5 * last)
 
 
+def _sweep(layout, measure, step, tol, max_sweeps, eps):
+    """Outer sweeps of ``step(e)`` over the layout's steps until ``measure()`` (the relative
+    off-diagonal) has stopped: (sweeps, converged, off)."""
+    sweeps, off, last = 0, np.inf, np.inf
+    while True:
+        off, last = measure(), off
+        if _stopped(off, last, tol, eps):
+            return sweeps, True, off
+        if sweeps == max_sweeps:
+            return sweeps, False, off
+        for s in range(layout.steps):
+            step(layout.elements(s, sweeps == 0))
+        sweeps += 1
+
+
 def _one_sided(xp, W, tol, max_sweeps, block, want_v):
     """Blocked one-sided Jacobi on the columns of W (rows x n): (columns, norms, V, sweeps, converged, off)."""
     dt = W.dtype
@@ -145,24 +160,17 @@ def _one_sided(xp, W, tol, max_sweeps, block, want_v):
     X[:n, :rows] = W.T
     X[n:, rows:] = xp.eye(npad, dtype=dt) * c
     Vt = xp.eye(N, dtype=dt) if want_v else None                                    # V^T, rows with X's
-    layout = _Layout(xp, nb, block)
-    sweeps, converged, off, last = 0, False, np.inf, np.inf
-    while sweeps <= max_sweeps:
-        G = X @ X.T
-        off, last = _relative_offdiag(xp, G), off
-        if _stopped(off, last, tol, eps):
-            converged = True
-            break
-        if sweeps == max_sweeps:
-            break
-        for s in range(layout.steps):
-            e = layout.elements(s, sweeps == 0)
-            Xp = _gather(xp, X, e).reshape(k, K, R)                                 # (k, 2w, R) pairs
-            Wb = block_eigh(_bmm(xp, Xp, Xp, trans_b=True), tol, INNER_SWEEPS["svd"])
-            X = _bmm(xp, Wb, Xp, trans_a=True).reshape(N, R)                        # W^T [A_i A_j]^T
-            if Vt is not None:
-                Vt = _bmm(xp, Wb, _gather(xp, Vt, e).reshape(k, K, N), trans_a=True).reshape(N, N)
-        sweeps += 1
+
+    def step(e):
+        nonlocal X, Vt
+        Xp = _gather(xp, X, e).reshape(k, K, R)                                     # (k, 2w, R) pairs
+        Wb = block_eigh(_bmm(xp, Xp, Xp, trans_b=True), tol, INNER_SWEEPS["svd"])
+        X = _bmm(xp, Wb, Xp, trans_a=True).reshape(N, R)                            # W^T [A_i A_j]^T
+        if Vt is not None:
+            Vt = _bmm(xp, Wb, _gather(xp, Vt, e).reshape(k, K, N), trans_a=True).reshape(N, N)
+
+    sweeps, converged, off = _sweep(_Layout(xp, nb, block), lambda: _relative_offdiag(xp, X @ X.T), step,
+                                    tol, max_sweeps, eps)
     norms = xp.linalg.norm(X, axis=1)                                               # (N,) eq. 12
     real = xp.argsort(norms)[:n] if npad else xp.arange(N)                          # the pad has norm c
     real = real[xp.argsort(-norms[real])]
@@ -268,27 +276,25 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info
     work[:n, :n] = A
     work[n:, n:] = xp.eye(npad, dtype=dt) * c
     Mt = xp.eye(N, dtype=dt)                                                        # V^T, rows with work's
-    layout = _Layout(xp, nb, block)
     item = work.dtype.itemsize
-    sweeps, converged, off, last = 0, False, np.inf, np.inf
-    while sweeps <= max_sweeps:
+
+    def measure():
+        nonlocal work
         work = (work + work.T) / 2                  # the products' rounding leaves A slightly unsymmetric
-        off, last = _relative_offdiag(xp, work), off
-        if _stopped(off, last, tol, eps):
-            converged = True
-            break
-        if sweeps == max_sweeps:
-            break
-        for s in range(layout.steps):
-            e = layout.elements(s, sweeps == 0)                                     # (N,) element gather
-            As = _gather(xp, work, e, both=True)                                     # pairs' blocks adjacent
-            D = xp.lib.stride_tricks.as_strided(As, shape=(k, K, K), strides=(K * (N + 1) * item, N * item, item))
-            Wb = block_eigh(D, tol, INNER_SWEEPS["eigh"])
-            Y = _bmm(xp, Wb, As.reshape(k, K, N), trans_a=True).reshape(N, N)       # row update J^T A
-            Yt = xp.ascontiguousarray(Y.T).reshape(k, K, N)
-            work = _bmm(xp, Wb, Yt, trans_a=True).reshape(N, N)                      # J^T (J^T A)^T = J^T A J
-            Mt = _bmm(xp, Wb, _gather(xp, Mt, e).reshape(k, K, N), trans_a=True).reshape(N, N)
-        sweeps += 1
+        return _relative_offdiag(xp, work)
+
+    def step(e):
+        nonlocal work, Mt
+        As = _gather(xp, work, e, both=True)                                         # pairs' blocks adjacent
+        D = xp.lib.stride_tricks.as_strided(As, shape=(k, K, K), strides=(K * (N + 1) * item, N * item, item))
+        Wb = block_eigh(D, tol, INNER_SWEEPS["eigh"])
+        Y = _bmm(xp, Wb, As.reshape(k, K, N), trans_a=True).reshape(N, N)           # row update J^T A
+        Yt = xp.ascontiguousarray(Y.T).reshape(k, K, N)
+        work = _bmm(xp, Wb, Yt, trans_a=True).reshape(N, N)                          # J^T (J^T A)^T = J^T A J
+        Mt = _bmm(xp, Wb, _gather(xp, Mt, e).reshape(k, K, N), trans_a=True).reshape(N, N)
+
+    layout = _Layout(xp, nb, block)
+    sweeps, converged, off = _sweep(layout, measure, step, tol, max_sweeps, eps)
     from .klt import JacobiInfo
 
     info = JacobiInfo(sweeps=sweeps, converged=converged, rotations=sweeps * layout.steps * k,
