@@ -63,7 +63,7 @@ block_eigh(const T* __restrict__ G, long long stride, int ld, T* __restrict__ V,
                     const T theta = (gqq - gpp) / (2 * gpq);
                     const T t = fabs(theta) < theta_big<T>()
                         ? copysign(T(1), theta) / (fabs(theta) + sqrt(fma(theta, theta, T(1)))) : 1 / (2 * theta);
-                    c = 1 / sqrt(1 + t * t);
+                    c = rsqrt(1 + t * t);
                     s = t * c;
                     tg = t * gpq;
                     rotated = 1;
@@ -122,18 +122,46 @@ block_eigh(const T* __restrict__ G, long long stride, int ld, T* __restrict__ V,
         pq[tid] = r;
     }
     __syncthreads();
-    for (int i = tid; i < K * K; i += NT) {                  // P = V^T V, over G
-        const int r = i / K, c = i % K;
-        T x = 0;
-        for (int j = 0; j < K; ++j) x += v[j * S + r] * v[j * S + c];
-        a[r * S + c] = x;
+    // P = V^T V over G, then V (3 I - V^T V) / 2: each of the first (K/4)^2 threads computes a
+    // 4 x 4 tile (rows R + Q i, columns C + Q l) from registers, half a shared load per multiply-add
+    // (one thread per entry took two: the step was a quarter of the kernel's time at K = 64).
+    constexpr int Q = K / 4;
+    const int R = tid / Q, C = tid % Q;
+    if (tid < Q * Q) {
+        T acc[4][4] = {};
+        for (int j = 0; j < K; ++j) {
+            T x[4], y[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) { x[i] = v[j * S + R + Q * i]; y[i] = v[j * S + C + Q * i]; }
+            #pragma unroll
+            for (int i = 0; i < 4; ++i)
+                #pragma unroll
+                for (int l = 0; l < 4; ++l) acc[i][l] = fma(x[i], y[l], acc[i][l]);
+        }
+        #pragma unroll
+        for (int i = 0; i < 4; ++i)
+            #pragma unroll
+            for (int l = 0; l < 4; ++l) a[(R + Q * i) * S + C + Q * l] = acc[i][l];
     }
     __syncthreads();
-    for (int i = tid; i < K * K; i += NT) {                  // V (3 I - V^T V) / 2
-        const int r = i / K, c = i % K;
-        T x = 0;
-        for (int j = 0; j < K; ++j) x += v[r * S + j] * a[j * S + c];
-        out[r * K + pq[c]] = T(1.5) * v[r * S + c] - T(0.5) * x;
+    if (tid < Q * Q) {
+        T acc[4][4] = {};
+        for (int j = 0; j < K; ++j) {
+            T x[4], y[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) { x[i] = v[(R + Q * i) * S + j]; y[i] = a[j * S + C + Q * i]; }
+            #pragma unroll
+            for (int i = 0; i < 4; ++i)
+                #pragma unroll
+                for (int l = 0; l < 4; ++l) acc[i][l] = fma(x[i], y[l], acc[i][l]);
+        }
+        #pragma unroll
+        for (int i = 0; i < 4; ++i)
+            #pragma unroll
+            for (int l = 0; l < 4; ++l) {
+                const int r = R + Q * i, c = C + Q * l;
+                out[r * K + pq[c]] = T(1.5) * v[r * S + c] - T(0.5) * acc[i][l];
+            }
     }
 }
 

@@ -26,15 +26,21 @@ THREADS = {32: 512, 64: 1024}      # per matrix: one per 2 x 2 block of G at K =
 _CONFIGURED = set()                # kernels whose shared-memory limit is raised
 
 
-def block_eigh(G, tol, max_sweeps=30):
-    """V of the batch ``G`` (batch, K, K); see the module docstring. ``G`` may be a strided view
-    whose rows are contiguous (the diagonal blocks of a matrix)."""
+def block_eigh(G, tol, max_sweeps=30, out=None):
+    """V of the batch ``G`` (batch, K, K), into ``out`` (C-contiguous) if given; see the module
+    docstring. ``G`` may be a strided view whose rows are contiguous (the diagonal blocks of a matrix)."""
     xp = get_array_module(G)
     if G.ndim != 3 or G.shape[1] != G.shape[2]:
         raise ValueError(f"G must have shape (batch, K, K), got {G.shape}")
+    if out is not None and (out.shape != G.shape or out.dtype != G.dtype or not out.flags.c_contiguous):
+        raise ValueError(f"out must be a C-contiguous {G.dtype} array of shape {G.shape}")
     if xp is not np:
-        return _block_eigh_gpu(G, tol, max_sweeps)
-    return _block_eigh_np(G, tol, max_sweeps)
+        return _block_eigh_gpu(G, tol, max_sweeps, out)
+    V = _block_eigh_np(G, tol, max_sweeps)
+    if out is None:
+        return V
+    out[...] = V
+    return out
 
 
 def _block_eigh_np(G, tol, max_sweeps):
@@ -81,7 +87,7 @@ def _block_eigh_np(G, tol, max_sweeps):
     return out
 
 
-def _block_eigh_gpu(G, tol, max_sweeps):
+def _block_eigh_gpu(G, tol, max_sweeps, V):
     import cupy as cp
 
     from .._kernels import get_function
@@ -92,7 +98,7 @@ def _block_eigh_gpu(G, tol, max_sweeps):
     item = G.dtype.itemsize
     if G.strides[2] != item or G.strides[1] % item or G.strides[0] % item:
         G = cp.ascontiguousarray(G)
-    V = cp.empty((b, K, K), dtype=G.dtype)
+    V = cp.empty((b, K, K), dtype=G.dtype) if V is None else V
     if b == 0:
         return V
     nt = THREADS[K]

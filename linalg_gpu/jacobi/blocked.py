@@ -76,41 +76,50 @@ class _Layout:
         return self._elements[self.steps if s == 0 and not first else s]
 
 
-_ONE = {np.dtype(t): np.ones(1, dtype=t) for t in (np.float32, np.float64)}
-_ZERO = {np.dtype(t): np.zeros(1, dtype=t) for t in (np.float32, np.float64)}
+# gemm's alpha = 1 and beta = 0, by host address (an ndarray's .ctypes costs microseconds per call)
+_SCALARS = {np.dtype(t): (np.ones(1, dtype=t), np.zeros(1, dtype=t)) for t in (np.float32, np.float64)}
+_ONE_ZERO = {dt: (one.ctypes.data, zero.ctypes.data) for dt, (one, zero) in _SCALARS.items()}
 
 
-def _bmm(xp, A, B, trans_a=False, trans_b=False):
-    """op(A) @ op(B) for batches (b, ., .) of C-contiguous matrices. On the GPU one cuBLAS
-    gemmStridedBatched call: cupy.matmul spends 40-55 us of Python per call (measured on the
-    H100's host), which made the n = 1024 paths wait on the CPU."""
+def _bmm(xp, A, B, trans_a=False, trans_b=False, out=None):
+    """op(A) @ op(B) for batches (b, ., .) of matrices with contiguous rows, into ``out``
+    (C-contiguous) if given. On the GPU one cuBLAS gemmStridedBatched call: cupy.matmul spends
+    40-55 us of Python per call (measured on the H100's host), which made the n = 1024 paths wait
+    on the CPU."""
     if xp is np:
-        return (A.transpose(0, 2, 1) if trans_a else A) @ (B.transpose(0, 2, 1) if trans_b else B)
+        return np.matmul(A.transpose(0, 2, 1) if trans_a else A, B.transpose(0, 2, 1) if trans_b else B, out=out)
     from cupy_backends.cuda.libs import cublas
 
     b, m, k = A.shape[0], A.shape[2 if trans_a else 1], A.shape[1 if trans_a else 2]
     n = B.shape[1 if trans_b else 2]
-    C = xp.empty((b, m, n), dtype=A.dtype)
+    C = xp.empty((b, m, n), dtype=A.dtype) if out is None else out
     handle = xp.cuda.device.get_cublas_handle()
     cublas.setStream(handle, xp.cuda.get_current_stream().ptr)
     gemm = cublas.dgemmStridedBatched if A.dtype == np.float64 else cublas.sgemmStridedBatched
     op = (cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T)
     # column-major: C^T = op(B)^T op(A)^T, a row-major buffer being its transpose in column-major
-    gemm(handle, op[trans_b], op[trans_a], n, m, k, _ONE[A.dtype].ctypes.data,
-         B.data.ptr, B.shape[2], B.shape[1] * B.shape[2], A.data.ptr, A.shape[2], A.shape[1] * A.shape[2],
-         _ZERO[A.dtype].ctypes.data, C.data.ptr, n, m * n, b)
+    one, zero = _ONE_ZERO[A.dtype]
+    item = A.itemsize
+    gemm(handle, op[trans_b], op[trans_a], n, m, k, one,
+         B.data.ptr, B.strides[1] // item, B.strides[0] // item, A.data.ptr, A.strides[1] // item,
+         A.strides[0] // item, zero, C.data.ptr, n, m * n, b)
     return C
 
 
-def _gather(xp, A, e, both=False):
-    """A[e] (rows), or A[e][:, e] with ``both``; on the GPU one launch of ``gather`` in
-    ``cuda/jacobi_block.cu`` (CuPy's fancy indexing: 30-70 us of Python per call, measured)."""
+def _gather(xp, A, e, both=False, out=None):
+    """A[e] (rows), or A[e][:, e] with ``both``, into ``out`` if given; on the GPU one launch of
+    ``gather`` in ``cuda/jacobi_block.cu`` (CuPy's fancy indexing: 30-70 us of Python per call,
+    measured)."""
     if xp is np:
-        return A[e[:, None], e] if both else A[e]
+        res = A[e[:, None], e] if both else A[e]
+        if out is None:
+            return res
+        out[...] = res
+        return out
     from .._kernels import get_function
 
     cols = A.shape[1]
-    out = xp.empty((e.size, cols), dtype=A.dtype)
+    out = xp.empty((e.size, cols), dtype=A.dtype) if out is None else out
     get_function("jacobi_block.cu", "gather", A.dtype)(
         (min(-(-out.size // 256), 8192),), (256,), (A, e, out, np.int32(e.size), np.int32(cols), np.int32(both)))
     return out
@@ -156,18 +165,24 @@ def _one_sided(xp, W, tol, max_sweeps, block, want_v):
     N, R, K = n + npad, rows + npad, 2 * block
     nb, k = N // block, N // K
     c = 2.0 * float(xp.linalg.norm(W)) + 1.0
-    X = xp.zeros((N, R), dtype=dt)                                                  # the columns, as rows
-    X[:n, :rows] = W.T
-    X[n:, rows:] = xp.eye(npad, dtype=dt) * c
-    Vt = xp.eye(N, dtype=dt) if want_v else None                                    # V^T, rows with X's
+    # [X V^T]: the columns as rows, and the rows of V^T with them, so that one gather and one
+    # product per step move both (each launch costs the host 17-29 us, the step's GPU time is
+    # about 0.14 ms at n = 1024: measured on the H100, the host had been the bound).
+    XV = xp.zeros((N, R + N if want_v else R), dtype=dt)
+    XV[:n, :rows] = W.T
+    XV[n:, rows:R] = xp.eye(npad, dtype=dt) * c
+    if want_v:
+        XV[:, R:] = xp.eye(N, dtype=dt)
+    X = XV[:, :R]
+    # every step works in the same buffers
+    XVp, Gm, Wb = xp.empty_like(XV), xp.empty((k, K, K), dtype=dt), xp.empty((k, K, K), dtype=dt)
+    pairs, updated = XVp.reshape(k, K, -1), XV.reshape(k, K, -1)                    # (k, 2w, .) views
 
     def step(e):
-        nonlocal X, Vt
-        Xp = _gather(xp, X, e).reshape(k, K, R)                                     # (k, 2w, R) pairs
-        Wb = block_eigh(_bmm(xp, Xp, Xp, trans_b=True), tol, INNER_SWEEPS["svd"])
-        X = _bmm(xp, Wb, Xp, trans_a=True).reshape(N, R)                            # W^T [A_i A_j]^T
-        if Vt is not None:
-            Vt = _bmm(xp, Wb, _gather(xp, Vt, e).reshape(k, K, N), trans_a=True).reshape(N, N)
+        _gather(xp, XV, e, out=XVp)
+        _bmm(xp, pairs[:, :, :R], pairs[:, :, :R], trans_b=True, out=Gm)            # Gram matrices
+        block_eigh(Gm, tol, INNER_SWEEPS["svd"], out=Wb)
+        _bmm(xp, Wb, pairs, trans_a=True, out=updated)                              # W^T [A_i A_j]^T, W^T V^T
 
     sweeps, converged, off = _sweep(_Layout(xp, nb, block), lambda: _relative_offdiag(xp, X @ X.T), step,
                                     tol, max_sweeps, eps)
@@ -175,7 +190,7 @@ def _one_sided(xp, W, tol, max_sweeps, block, want_v):
     real = xp.argsort(norms)[:n] if npad else xp.arange(N)                          # the pad has norm c
     real = real[xp.argsort(-norms[real])]
     cols = X[real][:, :rows].T
-    return cols, norms[real], (Vt[real][:, :n].T if Vt is not None else None), sweeps, converged, off
+    return cols, norms[real], (XV[real][:, R:R + n].T if want_v else None), sweeps, converged, off
 
 
 def jacobi_svd(A, full_matrices=False, compute_uv=True, *, tol=None, max_sweeps=60, precondition=True,
@@ -277,21 +292,23 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info
     work[n:, n:] = xp.eye(npad, dtype=dt) * c
     Mt = xp.eye(N, dtype=dt)                                                        # V^T, rows with work's
     item = work.dtype.itemsize
+    As, Y = xp.empty((N, N), dtype=dt), xp.empty((k, K, N), dtype=dt)               # the step's buffers
+    Yt, Mp, Wb = xp.empty((N, N), dtype=dt), xp.empty((k, K, N), dtype=dt), xp.empty((k, K, K), dtype=dt)
+    D = xp.lib.stride_tricks.as_strided(As, shape=(k, K, K), strides=(K * (N + 1) * item, N * item, item))
+    work3, Mt3 = work.reshape(k, K, N), Mt.reshape(k, K, N)
 
     def measure():
-        nonlocal work
-        work = (work + work.T) / 2                  # the products' rounding leaves A slightly unsymmetric
+        work[...] = (work + work.T) / 2             # the products' rounding leaves A slightly unsymmetric
         return _relative_offdiag(xp, work)
 
     def step(e):
-        nonlocal work, Mt
-        As = _gather(xp, work, e, both=True)                                         # pairs' blocks adjacent
-        D = xp.lib.stride_tricks.as_strided(As, shape=(k, K, K), strides=(K * (N + 1) * item, N * item, item))
-        Wb = block_eigh(D, tol, INNER_SWEEPS["eigh"])
-        Y = _bmm(xp, Wb, As.reshape(k, K, N), trans_a=True).reshape(N, N)           # row update J^T A
-        Yt = xp.ascontiguousarray(Y.T).reshape(k, K, N)
-        work = _bmm(xp, Wb, Yt, trans_a=True).reshape(N, N)                          # J^T (J^T A)^T = J^T A J
-        Mt = _bmm(xp, Wb, _gather(xp, Mt, e).reshape(k, K, N), trans_a=True).reshape(N, N)
+        _gather(xp, work, e, both=True, out=As)                                     # pairs' blocks adjacent
+        block_eigh(D, tol, INNER_SWEEPS["eigh"], out=Wb)                             # D: their diagonal blocks
+        _bmm(xp, Wb, As.reshape(k, K, N), trans_a=True, out=Y)                       # row update J^T A
+        Yt[...] = Y.reshape(N, N).T
+        _bmm(xp, Wb, Yt.reshape(k, K, N), trans_a=True, out=work3)                   # J^T (J^T A)^T = J^T A J
+        _gather(xp, Mt, e, out=Mp.reshape(N, N))
+        _bmm(xp, Wb, Mp, trans_a=True, out=Mt3)
 
     layout = _Layout(xp, nb, block)
     sweeps, converged, off = _sweep(layout, measure, step, tol, max_sweeps, eps)
