@@ -3,6 +3,7 @@
 Usage::
 
     python benchmarks/bench_jacobi.py [--svd-sizes 1024 2048 4096] [--eigh-size 1024]
+                                      [--hsvd-size 4096] [--gsvd-sizes 1024 2048 4096]
                                       [--json benchmarks/results/jacobi_h100.json]
 
 The GPU is kept busy for 2 s first, so that the first timing does not pay for its clock ramp.
@@ -13,6 +14,12 @@ The GPU is kept busy for 2 s first, so that the first timing does not pay for it
   gesvd), all computing U, s and V.
 - ``jacobi_eigh``, float32, n x n random symmetric: ours (blocked two-sided) against
   ``cupy.linalg.eigh`` (syevd), with the sweeps used.
+- ``hyperbolic_svd``, float64, n x n standard normal G, half of J's signs negative, V accumulated,
+  against the eigenvalues of G J G^T by ``cupy.linalg.eigh`` (syevd: not relatively accurate, the
+  time of the obvious alternative).
+- ``gsvd``, float64, n x n standard normal F and G, with the outer sweeps and big transformations,
+  against the generalized eigen-solve of (F^T F, G^T G) by Cholesky of G^T G, two triangular solves
+  and ``cupy.linalg.eigh`` (no Z orthogonalizing U and V; the obvious cuSOLVER route).
 The arithmetic of one blocked sweep is about 12 n^3 flops (one-sided, with V) or 12 n^3 + 4 n^3
 (two-sided: rows, columns, V); the fraction of the float64 tensor-core peak (67 TFLOP/s on an H100
 SXM) or the float32 peak (67 TFLOP/s) is reported from it.
@@ -62,6 +69,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--svd-sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     ap.add_argument("--eigh-size", type=int, default=1024)
+    ap.add_argument("--hsvd-size", type=int, default=4096)
+    ap.add_argument("--gsvd-sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--block", type=int, default=_gpu.BLOCK, help="columns per block (2 blocks <= 64)")
     ap.add_argument("--json", type=Path, default=None)
@@ -73,7 +82,7 @@ def main(argv=None):
     name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
     result = {"benchmark": "jacobi", "device": name, "date": dt.datetime.now().isoformat(timespec="seconds"),
               "cupy": cp.__version__, "torch": getattr(torch, "__version__", None), "block": args.block,
-              "svd": [], "eigh": []}
+              "svd": [], "eigh": [], "hsvd": [], "gsvd": []}
     rng = np.random.default_rng(1)
     print(f"GPU: {name}")
     warm_up(cp)
@@ -116,8 +125,59 @@ def main(argv=None):
     print(f"jacobi_eigh n={n} float32: ours {t_ours:.4f} s (median {med:.4f} s, {info.sweeps} sweeps); "
           f"cupy.linalg.eigh "
           f"{t_syevd:.4f} s; eigenvalues agree to {err:.1e} relative")
+    bench_hsvd_gsvd(cp, args, rng, result)
     write_results(args.json, result)
     return result
+
+
+def bench_hsvd_gsvd(cp, args, rng, result):
+    """The hyperbolic SVD and the GSVD rows of ``result`` (module docstring)."""
+    import cupyx.scipy.linalg as cxl
+
+    from linalg_gpu.jacobi import blocked as _gpu
+
+    n = args.hsvd_size
+    G = cp.asarray(rng.standard_normal((n, n)))
+    J = np.where(np.arange(n) % 2 == 0, 1, -1)
+    t_ours, med, (U, s, V, info) = timed(cp, lambda: _gpu.hyperbolic_svd(G, J, return_info=True), 2)
+    Jd = cp.asarray(J.astype(np.float64))
+    err = float(cp.linalg.norm(G - (U * s) @ V.T) / cp.linalg.norm(G))
+    jerr = float(cp.abs(V.T @ (Jd[:, None] * V) - cp.diag(Jd)).max() / cp.abs(V).max() ** 2)
+    M = (G * Jd) @ G.T
+    t_ref, _, _ = timed(cp, lambda: cp.linalg.eigh(M), 2)
+    result["hsvd"].append({"n": n, "dtype": "float64", "negative_signs": int((J < 0).sum()), "ours_s": t_ours,
+                           "ours_median_s": med, "sweeps": info["sweeps"], "converged": info["converged"],
+                           "relative_reconstruction": err, "J_orthogonality": jerr,
+                           "cupy.linalg.eigh(G J G^T)_s": t_ref, "ratio_vs_syevd": t_ref / t_ours,
+                           "fraction_of_peak": 12 * n**3 * info["sweeps"] / t_ours / PEAK["float64"]})
+    print(f"hyperbolic_svd n={n}: ours {t_ours:.3f} s ({info['sweeps']} sweeps, rel. err {err:.1e}, "
+          f"V^T J V - J {jerr:.1e}); eigh(G J G^T) {t_ref:.3f} s")
+    G = M = U = V = None
+    for n in args.gsvd_sizes:
+        F, G = cp.asarray(rng.standard_normal((n, n))), cp.asarray(rng.standard_normal((n, n)))
+        rep = 2 if n > 2048 else 3
+        t_ours, med, (U, V, Z, a, b, info) = timed(cp, lambda: _gpu.gsvd(F, G, return_info=True), rep)
+        nF, nG = cp.linalg.norm(F), cp.linalg.norm(G)
+        X = cp.linalg.solve(Z, cp.eye(n))
+        eF = float(cp.linalg.norm(F - (U * a) @ X) / nF)                              # the paper's measures
+        eG = float(cp.linalg.norm(G - (V * b) @ X) / nG)
+
+        def cholesky_eigh():
+            L = cp.linalg.cholesky(G.T @ G)
+            C = cxl.solve_triangular(L, cxl.solve_triangular(L, F.T @ F, lower=True).T, lower=True)
+            return cp.linalg.eigh(C)
+
+        t_ref, _, _ = timed(cp, cholesky_eigh, rep)
+        result["gsvd"].append({"n": n, "dtype": "float64", "ours_s": t_ours, "ours_median_s": med,
+                               "sweeps": info["sweeps"], "converged": info["converged"],
+                               "big_transformations": info["big"], "relative_error_F": eF,
+                               "relative_error_G": eG, "cholesky+syevd_s": t_ref,
+                               "ratio_vs_cholesky_syevd": t_ref / t_ours,
+                               "fraction_of_peak": 16 * n**3 * info["sweeps"] / t_ours / PEAK["float64"]})
+        print(f"gsvd n={n}: ours {t_ours:.3f} s ({info['sweeps']} sweeps, {info['big']} big transformations, "
+              f"errors F {eF:.1e} G {eG:.1e}); Cholesky + eigh {t_ref:.3f} s")
+        F = G = U = V = Z = X = None
+        cp.get_default_memory_pool().free_all_blocks()
 
 
 if __name__ == "__main__":

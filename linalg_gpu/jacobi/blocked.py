@@ -38,6 +38,7 @@ import numpy as np
 
 from .._backend import get_array_module
 from .block import SIZES, block_eigh
+from .congruence import block_hyperbolic, block_hz
 from .orderings import round_robin
 
 BLOCK = 32
@@ -142,8 +143,8 @@ def _stopped(off, last, tol, eps):
 
 
 def _sweep(layout, measure, step, tol, max_sweeps, eps):
-    """Outer sweeps of ``step(e)`` over the layout's steps until ``measure()`` (the relative
-    off-diagonal) has stopped: (sweeps, converged, off)."""
+    """Outer sweeps of ``step(s, e)`` over the layout's steps s until ``measure()`` (the relative
+    off-diagonal, or the GSVD's count of big transformations) has stopped: (sweeps, converged, off)."""
     sweeps, off, last = 0, np.inf, np.inf
     while True:
         off, last = measure(), off
@@ -152,12 +153,15 @@ def _sweep(layout, measure, step, tol, max_sweeps, eps):
         if sweeps == max_sweeps:
             return sweeps, False, off
         for s in range(layout.steps):
-            step(layout.elements(s, sweeps == 0))
+            step(s, layout.elements(s, sweeps == 0))
         sweeps += 1
 
 
-def _one_sided(xp, W, tol, max_sweeps, block, want_v):
-    """Blocked one-sided Jacobi on the columns of W (rows x n): (columns, norms, V, sweeps, converged, off)."""
+def _one_sided(xp, W, tol, max_sweeps, block, want_v, sign=None):
+    """Blocked one-sided Jacobi on the columns of W (rows x n): (columns, norms, V, sweeps, converged,
+    off, extra). With ``sign`` (n,) of +-1 the hyperbolic variant (``congruence.block_hyperbolic``):
+    the columns come in the final layout's order and extra = (their signs, the count of dependent
+    hyperbolic pairs met); else sorted by norm, descending, and extra = None."""
     dt = W.dtype
     eps = float(np.finfo(dt).eps)
     rows, n = W.shape
@@ -177,20 +181,39 @@ def _one_sided(xp, W, tol, max_sweeps, block, want_v):
     # every step works in the same buffers
     XVp, Gm, Wb = xp.empty_like(XV), xp.empty((k, K, K), dtype=dt), xp.empty((k, K, K), dtype=dt)
     pairs, updated = XVp.reshape(k, K, -1), XV.reshape(k, K, -1)                    # (k, 2w, .) views
+    layout = _Layout(xp, nb, block)
+    if sign is not None:
+        # the inner Jacobi sorts within each sign, so a block's signs never change: the signs in
+        # the layout of step s are those of the blocks in step s's order (the pad's are +1)
+        sign_n = np.concatenate([np.asarray(sign, dtype=np.int8), np.ones(npad, dtype=np.int8)])
+        signs = [xp.asarray(sign_n[(st.reshape(-1)[:, None] * block + np.arange(block)).reshape(-1)].reshape(k, K))
+                 for st in round_robin(nb)]
+        bad = xp.zeros(k, dtype=np.int64)
 
-    def step(e):
+    def step(s, e):
+        nonlocal bad
         _gather(xp, XV, e, out=XVp)
         _bmm(xp, pairs[:, :, :R], pairs[:, :, :R], trans_b=True, out=Gm)            # Gram matrices
-        block_eigh(Gm, tol, INNER_SWEEPS["svd"], out=Wb)
+        if sign is None:
+            block_eigh(Gm, tol, INNER_SWEEPS["svd"], out=Wb)
+        else:
+            Wh, b = block_hyperbolic(Gm, signs[s], tol, INNER_SWEEPS["svd"])
+            Wb[...] = Wh
+            bad = bad + b
         _bmm(xp, Wb, pairs, trans_a=True, out=updated)                              # W^T [A_i A_j]^T, W^T V^T
 
-    sweeps, converged, off = _sweep(_Layout(xp, nb, block), lambda: _relative_offdiag(xp, X @ X.T), step,
-                                    tol, max_sweeps, eps)
+    sweeps, converged, off = _sweep(layout, lambda: _relative_offdiag(xp, X @ X.T), step, tol, max_sweeps, eps)
     norms = xp.linalg.norm(X, axis=1)                                               # (N,) eq. 12
     real = xp.argsort(norms)[:n] if npad else xp.arange(N)                          # the pad has norm c
-    real = real[xp.argsort(-norms[real])]
+    extra = None
+    if sign is None:
+        real = real[xp.argsort(-norms[real])]
+    else:
+        real = xp.sort(real)
+        final = signs[-1].reshape(-1) if sweeps else xp.asarray(sign_n)
+        extra = (final[real], int(bad.sum()))
     cols = X[real][:, :rows].T
-    return cols, norms[real], (XV[real][:, R:R + n].T if want_v else None), sweeps, converged, off
+    return cols, norms[real], (XV[real][:, R:R + n].T if want_v else None), sweeps, converged, off, extra
 
 
 def jacobi_svd(A, full_matrices=False, compute_uv=True, *, tol=None, max_sweeps=60, precondition=True,
@@ -225,7 +248,7 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, tol=None, max_sweeps=
         W = cp.ascontiguousarray(R.T)
     else:
         Q, W = None, A
-    cols, s, Vw, sweeps, converged, off = _one_sided(cp, W, tol, max_sweeps, block, compute_uv)
+    cols, s, Vw, sweeps, converged, off, _ = _one_sided(cp, W, tol, max_sweeps, block, compute_uv)
     info = {"sweeps": sweeps, "converged": converged, "off_norm": off, "ordering": "round_robin (blocks)",
             "block": block, "precondition": bool(precondition)}
     if not converged and not return_info:
@@ -301,7 +324,7 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info
         work[...] = (work + work.T) / 2             # the products' rounding leaves A slightly unsymmetric
         return _relative_offdiag(xp, work)
 
-    def step(e):
+    def step(s, e):
         _gather(xp, work, e, both=True, out=As)                                     # pairs' blocks adjacent
         block_eigh(D, tol, INNER_SWEEPS["eigh"], out=Wb)                             # D: their diagonal blocks
         _bmm(xp, Wb, As.reshape(k, K, N), trans_a=True, out=Y)                       # row update J^T A
@@ -322,4 +345,162 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, check_symmetric=True, return_info
     w = xp.diagonal(work).copy()
     order = xp.argsort(w)[:n]                                                       # the pad (c) is largest
     out = (w[order], Mt[order][:, :n].T)
+    return out + (info,) if return_info else out
+
+
+def hyperbolic_svd(G, sign, *, compute_v=True, tol=None, max_sweeps=60, return_info=False, block=BLOCK):
+    """The blocked twin of :func:`linalg_gpu.jacobi.hsvd.hyperbolic_svd` for a checked G (m >= n) and
+    its signature ``sign`` (a numpy vector of +-1).
+
+    Tall G is shortened first, G[r][:, c] = Q R (rows sorted by their largest entry, columns by norm,
+    then Householder QR without pivoting: cuSOLVER's on the GPU), and the iteration runs on R with the
+    signs permuted alike. The block pairs follow the chess tournament (``_Layout``), the inner Jacobi is
+    ``congruence.block_hyperbolic`` on the pairs' Gram matrices (one sweep per step, as the SVD's), and
+    the sweeps stop like the SVD's, on the relative off-diagonal of the columns' Gram matrix. Unlike the
+    pointwise path there is no global sorting of the diagonal: each pair's block is sorted within its
+    signs by the inner Jacobi.
+    """
+    xp = get_array_module(G)
+    _check_block(block)
+    dt = G.dtype
+    m, n = G.shape
+    eps = float(np.finfo(dt).eps)
+    sign = np.asarray(sign).astype(np.int8)
+    info = {"sweeps": 0, "converged": True, "off_norm": 0.0, "ordering": "round_robin (blocks)", "block": block}
+    if n == 0:
+        out = (xp.zeros((m, 0), dt), xp.zeros(0, dt)) + ((xp.zeros((0, 0), dt),) if compute_v else ())
+        return out + (info,) if return_info else out
+    if bool((xp.linalg.norm(G, axis=0) == 0).any()):
+        raise np.linalg.LinAlgError("G is not of full column rank: it has a zero column")
+    if m > n:
+        rows_by = xp.argsort(-xp.abs(G).max(axis=1))
+        cols_by = xp.argsort(-xp.linalg.norm(G, axis=0))
+        Q, R = xp.linalg.qr(G[rows_by][:, cols_by])
+        W, cols = R, (cols_by.get() if hasattr(cols_by, "get") else cols_by)
+    else:
+        Q, W, cols = None, G, np.arange(n)
+    tol = float(np.sqrt(W.shape[0]) * eps) if tol is None else float(tol)
+    sj = sign[cols]                                                                 # the signs of W's columns
+    U_w, s, Z, sweeps, converged, off, (fsign, bad) = _one_sided(xp, W, tol, max_sweeps, block, compute_v, sj)
+    if bad:
+        raise np.linalg.LinAlgError("G is not of full column rank (numerically): a hyperbolic pair of columns "
+                                    "became dependent during the iteration")
+    info.update(sweeps=sweeps, converged=converged, off_norm=off)
+    if not converged and not return_info:
+        raise np.linalg.LinAlgError(f"hyperbolic_svd did not converge in max_sweeps={max_sweeps} sweeps "
+                                    f"(relative off-diagonal {off:.2e} > tol {tol:.2e})")
+    # the output slots: where J = +1 the positive columns by sigma descending, where -1 the negative ascending
+    fs = fsign.get() if hasattr(fsign, "get") else np.asarray(fsign)
+    sh = s.get() if hasattr(s, "get") else np.asarray(s)
+    pos, neg = np.flatnonzero(fs > 0), np.flatnonzero(fs < 0)
+    pick = np.empty(n, dtype=np.int64)
+    pick[sign > 0] = pos[np.argsort(-sh[pos], kind="stable")]
+    pick[sign < 0] = neg[np.argsort(sh[neg], kind="stable")]
+    pick_x = xp.asarray(pick)
+    sigma = s[pick_x]
+    U = U_w[:, pick_x] / sigma                                                       # (rows, n) eq. 13
+    if Q is not None:
+        U = (Q @ U)[xp.argsort(rows_by)]
+    out = (U, sigma)
+    if compute_v:                                                                   # V = J Z J (module hsvd)
+        Zg = xp.empty_like(Z)
+        Zg[xp.asarray(cols)] = Z                                                    # rows by G's columns
+        J = xp.asarray(sign.astype(dt))
+        out += (J[:, None] * Zg[:, pick_x] * J[None, :],)
+    return out + (info,) if return_info else out
+
+
+def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, block=BLOCK):
+    """The blocked twin of :func:`linalg_gpu.jacobi.gsvd.gsvd` for checked F, G (paper 003 section 2.3,
+    the block-oriented variant: one inner sweep per step).
+
+    Shortening (section 2): the columns sorted by the norms of G's, the rows of each matrix by their
+    largest entry, then Householder QR without pivoting (cuSOLVER's): F[rF][:, c] = Q_F R_F,
+    G[rG][:, c] = Q_G R_G; Z_0 scales G's columns to unit norm. Each step gathers the block pairs of
+    [F^T G^T Z^T] (columns as rows), forms both Gram matrices by batched products, runs
+    ``congruence.block_hz`` on them and updates the three by one batched product. The sweeps stop
+    after one without big transformations (criterion C1, section 2.5), or when the relative off-diagonal
+    of both Gram matrices has (``_stopped``, as the SVD's).
+    """
+    xp = get_array_module(F, G)
+    _check_block(block)
+    dt = F.dtype
+    n = F.shape[1]
+    tol = float(np.finfo(dt).eps * np.sqrt(max(n, 1))) if tol is None else float(tol)
+    if n == 0:
+        e = xp.zeros((0, 0), dt)
+        out = (xp.zeros((F.shape[0], 0), dt), xp.zeros((G.shape[0], 0), dt), e, xp.zeros(0, dt), xp.zeros(0, dt))
+        out += (e,) if return_x else ()
+        return out + ({"sweeps": 0, "converged": True, "big": 0, "tol": tol},) if return_info else out
+    c = xp.argsort(-xp.linalg.norm(G, axis=0))
+    rF, rG = xp.argsort(-xp.abs(F).max(axis=1)), xp.argsort(-xp.abs(G).max(axis=1))
+    QF, RF = xp.linalg.qr(F[rF][:, c])
+    QG, RG = xp.linalg.qr(G[rG][:, c])
+    # column j numerically in the span of the columns before it: |r_jj| <= n eps ||g_j||
+    if bool((xp.abs(xp.diagonal(RG)) <= n * np.finfo(dt).eps * xp.linalg.norm(RG, axis=0)).any()):
+        raise np.linalg.LinAlgError("G is not of full column rank (numerically): the GSVD needs B = G^T G "
+                                    "positive definite")
+    npad = _pad(n, block)
+    N, K = n + npad, 2 * block
+    nb, k = N // block, N // K
+    gn = xp.linalg.norm(RG, axis=0)                                                 # Z_0 = diag(1 / ||g_j||)
+    XFGZ = xp.zeros((N, n + N + N), dtype=dt)                                       # [F^T | G^T | Z^T] rows
+    XFGZ[:n, :n] = RF.T / gn[:, None]
+    XFGZ[:n, n:2 * n] = RG.T / gn[:, None]
+    XFGZ[n:, 2 * n:n + N] = xp.eye(npad, dtype=dt)                                  # the pad: unit G columns
+    XFGZ[:n, n + N:n + N + n] = xp.diag(1 / gn)
+    XFGZ[n:, n + N + n:] = xp.eye(npad, dtype=dt)
+    P = xp.empty_like(XFGZ)
+    pairs, updated = P.reshape(k, K, -1), XFGZ.reshape(k, K, -1)
+    Ag, Bg = xp.empty((k, K, K), dtype=dt), xp.empty((k, K, K), dtype=dt)
+    state = {"big": None, "total": 0}                                               # big ones, this sweep / all
+
+    def step(s, e):
+        _gather(xp, XFGZ, e, out=P)
+        _bmm(xp, pairs[:, :, :n], pairs[:, :, :n], trans_b=True, out=Ag)             # F's Gram blocks
+        _bmm(xp, pairs[:, :, n:n + N], pairs[:, :, n:n + N], trans_b=True, out=Bg)   # G's
+        Zb, b = block_hz(Ag, Bg, tol, 1)
+        state["big"] += b
+        _bmm(xp, Zb, pairs, trans_a=True, out=updated)
+
+    def measure():
+        """0 after a sweep without big transformations, else the relative off-diagonal of both Gram
+        matrices (as the SVD's: rounding in forming the Gram blocks keeps some transformations big
+        once the columns are orthogonal to working precision, measured at n = 100 to 150)."""
+        last, state["big"] = state["big"], xp.zeros(k, dtype=np.int64)
+        if last is not None:
+            nbig = int(last.sum())
+            state["total"] += nbig
+            if nbig == 0:
+                return 0.0
+        X = XFGZ[:, :n + N]
+        return max(_relative_offdiag(xp, X[:, :n] @ X[:, :n].T), _relative_offdiag(xp, X[:, n:] @ X[:, n:].T))
+
+    sweeps, converged, _ = _sweep(_Layout(xp, nb, block), measure, step, tol, max_sweeps, float(np.finfo(dt).eps))
+    info = {"sweeps": sweeps, "converged": converged, "big": state["total"], "tol": tol,
+            "ordering": "round_robin (blocks)", "block": block}
+    if not converged and not return_info:
+        raise np.linalg.LinAlgError(f"gsvd did not converge in max_sweeps={max_sweeps} sweeps; raise max_sweeps")
+    if not bool(xp.isfinite(XFGZ).all()):
+        raise np.linalg.LinAlgError("gsvd produced non-finite values: G is not of full column rank (numerically)")
+    real = xp.flatnonzero(xp.abs(XFGZ[:, n + N + n:]).max(axis=1) == 0) if npad else xp.arange(N)
+    WF, WG, WZ = XFGZ[real, :n], XFGZ[real, n:2 * n], XFGZ[real, n + N:n + N + n]
+    sF, sG = xp.linalg.norm(WF, axis=1), xp.linalg.norm(WG, axis=1)                # Sigma_F, Sigma_G
+    theta = 1 / xp.hypot(sF, sG)
+    alpha, beta = sF * theta, sG * theta
+    order = xp.argsort(-(alpha / beta))
+    alpha, beta, sF, sG, theta = alpha[order], beta[order], sF[order], sG[order], theta[order]
+    WF, WG, WZ = WF[order], WG[order], WZ[order]
+    nz = sF > np.finfo(dt).tiny
+    Us = xp.zeros((n, n), dtype=dt)
+    Us[:, nz] = (WF[nz] / sF[nz, None]).T
+    Us = _complete(xp, Us, nz, False, n, dt)                                          # alpha = 0: completed
+    U = (QF @ Us)[xp.argsort(rF)]
+    V = (QG @ (WG / sG[:, None]).T)[xp.argsort(rG)]
+    Zs = WZ.T * theta
+    Z = xp.empty_like(Zs)
+    Z[c] = Zs
+    out = (U, V, Z, alpha, beta)
+    if return_x:
+        out += (xp.linalg.solve(Z, xp.eye(n, dtype=dt)),)
     return out + (info,) if return_info else out

@@ -1,0 +1,277 @@
+"""Generalized SVD of (F, G) by the implicit (one-sided) Hari-Zimmermann algorithm (paper 003, real case).
+
+``gsvd(F, G)`` returns U, V, Z, alpha, beta with F Z = U diag(alpha), G Z = V diag(beta), U^T U = V^T V = I,
+alpha^2 + beta^2 = 1 and beta > 0 (G of full column rank), sorted by alpha / beta descending: the
+generalized singular values; Z's columns are the generalized eigenvectors of (A, B) = (F^T F, G^T G),
+A Z = B Z diag(alpha / beta)^2 (section 1).
+
+The columns of F and G are orthogonalized jointly from the right by non-orthogonal 2 x 2 transformations
+(section 2.1). For a pivot pair (i, j): a_.. = f_.^T f_., b_.. = g_.^T g_. (the pivot blocks of A and B),
+rescaled by D = diag(b_ii, b_jj)^(-1/2) so that diag(B') = I (the variant that recomputes the norms of G's
+columns in every step, against the drift of diag(B)); with x = b'_ij, t = sqrt(1 - x^2) (section 2.1.2):
+
+    xi = x / (sqrt(1 + x) + sqrt(1 - x)),   eta = x / ((1 + sqrt(1 + x)) (1 + sqrt(1 - x))),
+    cot(2 theta) = t (a'_jj - a'_ii) / (2 a'_ij - (a'_ii + a'_jj) x),
+    tan(theta) = sign(cot(2 theta)) / (|cot(2 theta)| + sqrt(1 + cot^2(2 theta))),
+    cos(phi) = cos(theta) + xi (sin(theta) - eta cos(theta)),  cos(psi) = cos(theta) - xi (sin(theta) + eta cos(theta)),
+    sin(phi) = sin(theta) - xi (cos(theta) + eta sin(theta)),  sin(psi) = sin(theta) + xi (cos(theta) - eta sin(theta)),
+    Z' = [[cos(phi), sin(phi)], [-sin(psi), cos(psi)]] / t,   Z = D Z'.
+
+Exception (cot(2 theta) = 0/0: the pivot blocks are proportional): Z' = [[1/sqrt(1+x), -1/sqrt(1-x)],
+[1/sqrt(1+x), 1/sqrt(1-x)]] / sqrt(2). (The paper writes |x|; with the signed x, which is what makes
+Z'^T B' Z' = I for x < 0 too, this is the same matrix for x >= 0.)
+A pair is left alone if |x| < eps sqrt(n) and |a'_ij| < sqrt(a'_ii a'_jj) eps sqrt(n) (relatively
+orthogonal); the columns are swapped when that keeps diag(A) descending (the sorting of section 2.1).
+A transformation is "small" when cos(phi) / t = cos(psi) / t = 1 in floating point (criterion C1,
+section 2.5), else "big"; the sweeps stop after one with no big transformation. Afterwards (section 2.4)
+Sigma_F, Sigma_G are the column norms of F and G, Theta = (Sigma_F^2 + Sigma_G^2)^(-1/2), alpha = Sigma_F Theta,
+beta = Sigma_G Theta, U = F Sigma_F^-1, V = G Sigma_G^-1, Z = Z Theta.
+
+Before the iteration, tall matrices are shortened (section 2): F P1 = Q_F R_F and (G P1) P2 = Q_G R_G by
+column-pivoted Householder QR (rows sorted first), and the algorithm runs on (R_F P2, R_G), n x n.
+numpy input runs the pointwise algorithm here, vectorized over the pairs of a step (modified modulus
+ordering); CuPy input runs the blocked variant (``blocked.gsvd``). Every reduction has a fixed order, so
+the same input gives the same output bits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._backend import is_cupy_array
+from .hsvd import _check_matrix, _check_options
+from .orderings import modified_modulus
+from .svd import _apply_q, _complete, _householder_qrcp, _row_norms
+
+__all__ = ["gsvd", "hz_transform"]
+
+
+def _check_pair(F, G, xp=None):
+    F = _check_matrix(F, "F", xp)
+    G = _check_matrix(G, "G", xp)
+    if F.dtype != G.dtype:
+        raise TypeError(f"F and G must have the same dtype, got {F.dtype} and {G.dtype}")
+    if F.shape[1] != G.shape[1]:
+        raise ValueError(f"F and G must have the same number of columns, got F {F.shape} and G {G.shape}")
+    n = F.shape[1]
+    if G.shape[0] < n:
+        raise ValueError(f"G must have at least as many rows as columns (full column rank), got shape {G.shape}")
+    if F.shape[0] < n:
+        raise ValueError(f"F must have at least as many rows as columns, got shape {F.shape}; "
+                         "pad F with zero rows")
+    return F, G
+
+
+def _check_g_rank(G):
+    """G's columns, each scaled to unit norm, must be numerically independent (B = G^T G > 0)."""
+    n = G.shape[1]
+    G64 = np.asarray(G.get() if hasattr(G, "get") else G, dtype=np.float64)
+    norms = _row_norms(np.ascontiguousarray(G64.T))
+    if (norms == 0).any():
+        raise np.linalg.LinAlgError(f"G is not of full column rank: column {int(np.argmin(norms))} is zero")
+    s = np.linalg.svd(G64 / norms, compute_uv=False)
+    if s[-1] <= n * np.finfo(G.dtype).eps * s[0]:
+        raise np.linalg.LinAlgError(
+            f"G is not of full column rank (numerically): its column-scaled condition number is "
+            f"{s[0] / max(s[-1], np.finfo(np.float64).tiny):.1e}; the GSVD needs B = G^T G positive definite")
+
+
+def hz_transform(aii, ajj, aij, bii, bjj, bij, tol):
+    """The 2 x 2 transformations of the pivot pairs (arrays of the same shape; module docstring).
+
+    Returns (z11, z12, z21, z22, rotate, big): Z = [[z11, z12], [z21, z22]] with the rescaling D and
+    the sorting swap included; ``rotate`` False where the pair was relatively orthogonal (Z is then
+    the identity or the swap), ``big`` True for the big transformations (criterion C1)."""
+    xp = np if isinstance(aii, np.ndarray) else __import__("cupy")
+    dt = aii.dtype.type
+    one, two = dt(1), dt(2)
+    di, dj = one / xp.sqrt(bii), one / xp.sqrt(bjj)                      # D
+    a1, a2, a12 = aii * di * di, ajj * dj * dj, aij * di * dj            # A' = D A D
+    x = bij * di * dj                                                    # b'_ij
+    rotate = (xp.abs(x) >= tol) | (xp.abs(a12) >= xp.sqrt(a1) * xp.sqrt(a2) * tol)
+    x = xp.where(rotate, x, 0)
+    t = xp.sqrt((one - x) * (one + x))
+    sp, sm = xp.sqrt(one + x), xp.sqrt(one - x)
+    xi = x / (sp + sm)
+    eta = x / ((one + sp) * (one + sm))
+    num = t * (a2 - a1)
+    den = two * a12 - (a1 + a2) * x
+    exception = (num == 0) & (den == 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cot = xp.where(exception, 0, num / xp.where(exception, 1, den))     # +-inf where den = 0
+        tan = xp.where(xp.isinf(cot), 0, xp.sign(cot) / (xp.abs(cot) + xp.hypot(one, cot)))
+    tan = xp.where(cot == 0, one, tan)                                   # cot = 0: theta = pi/4
+    c = one / xp.sqrt(one + tan * tan)
+    s = tan * c
+    cphi = c + xi * (s - eta * c)
+    cpsi = c - xi * (s + eta * c)
+    sphi = s - xi * (c + eta * s)
+    spsi = s + xi * (c - eta * s)
+    z11, z12, z21, z22 = cphi / t, sphi / t, -spsi / t, cpsi / t
+    r2 = one / xp.sqrt(two)
+    e1, e2 = r2 / sp, r2 / sm                                            # the exception's Z'
+    z11, z12 = xp.where(exception, e1, z11), xp.where(exception, -e2, z12)
+    z21, z22 = xp.where(exception, e1, z21), xp.where(exception, e2, z22)
+    big = rotate & ~((cphi / t == 1) & (cpsi / t == 1))                  # criterion C1
+    z11, z12 = xp.where(rotate, z11, one), xp.where(rotate, z12, 0)
+    z21, z22 = xp.where(rotate, z21, 0), xp.where(rotate, z22, one)
+    # the new diagonal of A' (z_k^T A' z_k), to keep it descending: swap the columns of Z' if not
+    d1 = z11 * z11 * a1 + two * z11 * z21 * a12 + z21 * z21 * a2
+    d2 = z12 * z12 * a1 + two * z12 * z22 * a12 + z22 * z22 * a2
+    swap = d1 < d2
+    z11, z12 = xp.where(swap, z12, z11), xp.where(swap, z11, z12)
+    z21, z22 = xp.where(swap, z22, z21), xp.where(swap, z21, z22)
+    di, dj = xp.where(rotate, di, one), xp.where(rotate, dj, one)        # no rescaling without a rotation
+    return z11 * di, z12 * di, z21 * dj, z22 * dj, rotate, big
+
+
+def _hari_zimmermann(WF, WG, WZ, tol, max_sweeps):
+    """The pointwise implicit Hari-Zimmermann iteration on the rows of WF, WG, WZ (columns of F, G, Z),
+    in place. Returns (sweeps, converged, transformations, big)."""
+    n = WF.shape[0]
+    steps = modified_modulus(n)
+    total = total_big = 0
+    for sweep_no in range(1, max_sweeps + 1):
+        moved = big_count = 0
+        for P in steps:
+            I, J = P[:, 0], P[:, 1]
+            Fi, Fj, Gi, Gj = WF[I], WF[J], WG[I], WG[J]
+            z11, z12, z21, z22, rotate, big = hz_transform(
+                (Fi * Fi).sum(axis=1), (Fj * Fj).sum(axis=1), (Fi * Fj).sum(axis=1),
+                (Gi * Gi).sum(axis=1), (Gj * Gj).sum(axis=1), (Gi * Gj).sum(axis=1), tol)
+            z11, z12, z21, z22 = z11[:, None], z12[:, None], z21[:, None], z22[:, None]
+            for W, Xi, Xj in ((WF, Fi, Fj), (WG, Gi, Gj), (WZ, WZ[I], WZ[J])):
+                W[I] = z11 * Xi + z21 * Xj
+                W[J] = z12 * Xi + z22 * Xj
+            moved += int(rotate.sum())
+            big_count += int(big.sum())
+        total += moved
+        total_big += big_count
+        if big_count == 0:
+            return sweep_no, True, total, total_big
+    return max_sweeps, False, total, total_big
+
+
+def _shorten(F, G):
+    """Section 2's shortening: F[rF][:, c1] = Q_F R_F, G[:, c1][rG][:, c2] = Q_G R_G. Returns
+    (R_F[:, c2], R_G, cols = c1[c2], (rF, reflF), (rG, reflG))."""
+    RF, rF, c1, reflF = _householder_qrcp(F)
+    RG, rG, c2, reflG = _householder_qrcp(G[:, c1])
+    return RF[:, c2], RG, c1[c2], (rF, reflF), (rG, reflG)
+
+
+def _unshorten(Xs, m, rows_refl):
+    """Q Xs with the rows unsorted: the left vectors of the shortened problem, back in R^m."""
+    rows, refl = rows_refl
+    Y = np.zeros((m, Xs.shape[1]), dtype=Xs.dtype)
+    Y[: Xs.shape[0]] = Xs
+    Y = _apply_q(refl, Y)
+    out = np.empty_like(Y)
+    out[rows] = Y
+    return out
+
+
+def _finish(WF, WG, WZ, return_x):
+    """Section 2.4's rescaling and the sort by alpha / beta: (U_s, V_s, Z, alpha, beta, X) from the rows."""
+    sF, sG = _row_norms(WF), _row_norms(WG)                              # Sigma_F, Sigma_G
+    theta = 1 / np.hypot(sF, sG)
+    alpha, beta = sF * theta, sG * theta
+    order = np.lexsort((np.arange(len(alpha)), -alpha / beta))           # alpha / beta descending, stable
+    alpha, beta, sF, sG, theta = alpha[order], beta[order], sF[order], sG[order], theta[order]
+    nz = sF > np.finfo(WF.dtype).tiny
+    U = np.zeros((WF.shape[1], len(order)), dtype=WF.dtype)
+    U[:, nz] = (WF[order][nz] / sF[nz, None]).T
+    if not nz.all():                                                     # alpha = 0: complete U (n x n)
+        U[:, ~nz] = _complete(U[:, nz], U.shape[1])[:, int(nz.sum()):]
+    V = (WG[order] / sG[:, None]).T
+    Z = WZ[order].T * theta
+    X = np.linalg.solve(Z, np.eye(len(order), dtype=Z.dtype)) if return_x else None
+    return U, V, Z, alpha, beta, X
+
+
+def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
+    """Generalized SVD of (F, G): F Z = U diag(alpha), G Z = V diag(beta), alpha^2 + beta^2 = 1.
+
+    Parameters
+    ----------
+    F : (MF, N) array_like, float32 or float64
+        MF >= N (pad with zero rows otherwise).
+    G : (MG, N) array_like, the dtype of F
+        Of full column rank (MG >= N).
+    return_x : bool, optional
+        Also return X = Z^-1 (the right generalized singular vectors: F = U diag(alpha) X,
+        G = V diag(beta) X).
+    tol : float in (0, 1), optional
+        Relative orthogonality threshold; default eps sqrt(N) (section 2.1).
+    max_sweeps : int, optional
+        Sweeps allowed (default 60).
+    return_info : bool, optional
+        Also return a dict: sweeps, converged, transformations, big (the big ones, criterion C1), tol.
+
+    Returns
+    -------
+    U : (MF, N), V : (MG, N)
+        Orthonormal columns (U's columns for alpha = 0 are an orthonormal completion).
+    Z : (N, N)
+        Nonsingular; its columns are the generalized eigenvectors of (F^T F, G^T G).
+    alpha, beta : (N,)
+        alpha^2 + beta^2 = 1, beta > 0, sorted by alpha / beta descending.
+    X : (N, N)
+        Only with ``return_x``.
+
+    Raises
+    ------
+    TypeError
+        F or G complex, not float32/float64, or of different dtypes.
+    ValueError
+        Not 2-D, different column counts, fewer rows than columns, NaN/Inf, bad options.
+    numpy.linalg.LinAlgError
+        G not of full column rank (numerically); no convergence (unless ``return_info``).
+
+    References
+    ----------
+    .. [1] V. Novakovic, S. Singer, "Implicit Hari-Zimmermann algorithm for the generalized SVD on
+       the GPUs" (paper 003), sections 2.1.2, 2.3-2.5.
+    """
+    _check_options(tol, max_sweeps)
+    if is_cupy_array(F) or is_cupy_array(G):
+        import cupy as cp
+
+        from . import blocked
+
+        F, G = _check_pair(F, G, cp)
+        return blocked.gsvd(F, G, return_x, tol=tol, max_sweeps=max_sweeps, return_info=return_info)
+    F, G = _check_pair(F, G, np)
+    n = F.shape[1]
+    dt = F.dtype
+    tol = float(np.finfo(dt).eps) * math.sqrt(max(n, 1)) if tol is None else float(tol)
+    if n == 0:
+        e = np.zeros((0, 0), dt)
+        out = (np.zeros((F.shape[0], 0), dt), np.zeros((G.shape[0], 0), dt), e, np.zeros(0, dt), np.zeros(0, dt))
+        out += (e,) if return_x else ()
+        info = {"sweeps": 0, "converged": True, "transformations": 0, "big": 0, "tol": tol}
+        return out + (info,) if return_info else out
+    _check_g_rank(G)
+    Fs, Gs, cols, qF, qG = _shorten(F, G)
+    WF, WG = np.ascontiguousarray(Fs.T), np.ascontiguousarray(Gs.T)      # (n, n) rows = columns
+    WZ = np.eye(n, dtype=dt)
+    gnorm = _row_norms(WG)                                               # Z_0 = diag(1 / ||g_j||)
+    WF /= gnorm[:, None]
+    WG /= gnorm[:, None]
+    WZ /= gnorm[:, None]
+    sweeps, converged, total, big = _hari_zimmermann(WF, WG, WZ, dt.type(tol), max_sweeps)
+    Us, Vs, Zs, alpha, beta, Xs = _finish(WF, WG, WZ, return_x)
+    U, V = _unshorten(Us, F.shape[0], qF), _unshorten(Vs, G.shape[0], qG)
+    Z = np.empty_like(Zs)
+    Z[cols] = Zs                                                         # Z = P'' Z''
+    out = (U, V, Z, alpha, beta)
+    if return_x:
+        X = np.empty_like(Xs)
+        X[:, cols] = Xs                                                  # X = Z^-1 = X'' P''^T
+        out += (X,)
+    info = {"sweeps": sweeps, "converged": converged, "transformations": total, "big": big, "tol": tol}
+    if not converged and not return_info:
+        raise np.linalg.LinAlgError(f"gsvd did not converge in max_sweeps={max_sweeps} sweeps; raise max_sweeps")
+    return out + (info,) if return_info else out

@@ -1,0 +1,133 @@
+"""The blocked GPU hyperbolic SVD, indefinite eigen and GSVD against numpy/scipy and the numpy paths;
+the congruence kernel (cuda/jacobi_congruence.cu) against its numpy twin."""
+
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+
+import linalg_gpu as lg  # noqa: E402
+from linalg_gpu.jacobi.congruence import block_hyperbolic, block_hz  # noqa: E402
+
+
+def _eps(dt):
+    return float(np.finfo(dt).eps)
+
+
+def _signs(rng, n):
+    return np.where(rng.random(n) < 0.5, 1, -1)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("K", [32, 64])
+def test_block_hyperbolic_kernel_against_numpy_twin(rng, dtype, K):
+    X = rng.standard_normal((5, K, 3 * K))
+    A = (X @ X.transpose(0, 2, 1)).astype(dtype)
+    sign = np.stack([_signs(rng, K) for _ in range(5)]).astype(np.int8)
+    tol = K * _eps(dtype)
+    for sweeps in (1, 30):
+        V_gpu, bad_gpu = block_hyperbolic(cp.asarray(A), cp.asarray(sign), tol, sweeps)
+        V_np, bad_np = block_hyperbolic(A, sign, tol, sweeps)
+        assert int(bad_gpu.sum()) == int(bad_np.sum()) == 0
+        np.testing.assert_allclose(cp.asnumpy(V_gpu), V_np, atol=1e3 * K * _eps(dtype) * np.abs(V_np).max())
+    V = cp.asnumpy(V_gpu).astype(np.float64)
+    J = sign.astype(np.float64)
+    T = V.transpose(0, 2, 1) @ A.astype(np.float64) @ V
+    assert np.abs(V.transpose(0, 2, 1) @ (J[:, :, None] * V) - J[:, :, None] * np.eye(K)).max() \
+        <= 1e2 * K * _eps(dtype) * np.abs(V).max() ** 2
+    off = T - np.einsum("bii->bi", T)[:, :, None] * np.eye(K)
+    assert np.abs(off).max() <= 1e2 * K * _eps(dtype) * np.abs(T).max()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("K", [32, 64])
+def test_block_hz_kernel_against_numpy_twin(rng, dtype, K):
+    X, Y = rng.standard_normal((4, K, 3 * K)), rng.standard_normal((4, K, 2 * K))
+    A = (X @ X.transpose(0, 2, 1)).astype(dtype)
+    B = (Y @ Y.transpose(0, 2, 1)).astype(dtype)
+    tol = np.sqrt(K) * _eps(dtype)
+    V_gpu, big_gpu = block_hz(cp.asarray(A), cp.asarray(B), tol, 1)                # one sweep: the same steps
+    V_np, big_np = block_hz(A, B, tol, 1)
+    assert np.array_equal(cp.asnumpy(big_gpu), big_np)                              # all big in the first sweep
+    np.testing.assert_allclose(cp.asnumpy(V_gpu), V_np, rtol=0, atol=1e4 * K * _eps(dtype) * np.abs(V_np).max())
+    # to convergence the paths may part by rounding (and the columns' signs with them): compare what is
+    # unique, the generalized eigenvalues (the ratios of the final diagonals)
+    V_gpu, _ = block_hz(cp.asarray(A), cp.asarray(B), tol, 30)
+    V_np, _ = block_hz(A, B, tol, 30)
+    ratios = []
+    for W in (cp.asnumpy(V_gpu).astype(np.float64), V_np.astype(np.float64)):
+        dA = np.einsum("bii->bi", W.transpose(0, 2, 1) @ A.astype(np.float64) @ W)
+        dB = np.einsum("bii->bi", W.transpose(0, 2, 1) @ B.astype(np.float64) @ W)
+        ratios.append(dA / dB)
+    np.testing.assert_allclose(ratios[0], ratios[1], rtol=1e3 * K * _eps(dtype))
+    V = cp.asnumpy(V_gpu).astype(np.float64)
+    TA, TB = (V.transpose(0, 2, 1) @ M.astype(np.float64) @ V for M in (A, B))
+    dA, dB = np.einsum("bii->bi", TA), np.einsum("bii->bi", TB)
+    np.testing.assert_allclose(dA + dB, 1, atol=1e3 * K * _eps(dtype))
+    assert (np.diff(dA / dB, axis=1) <= 1e3 * K * _eps(dtype) * (dA / dB).max()).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(64, 64), (100, 100), (300, 130)])
+def test_hyperbolic_svd_gpu(rng, dtype, shape):
+    G = rng.standard_normal(shape).astype(dtype)
+    J = _signs(rng, shape[1])
+    U, s, V = (cp.asnumpy(x).astype(np.float64) for x in lg.hyperbolic_svd(cp.asarray(G), J))
+    n = shape[1]
+    tol = 100 * max(shape) * _eps(dtype)
+    G64 = G.astype(np.float64)
+    assert np.linalg.norm(G64 - (U * s) @ V.T) <= tol * np.linalg.norm(G64)
+    assert np.abs(U.T @ U - np.eye(n)).max() <= tol
+    assert np.abs(V.T @ (J[:, None] * V) - np.diag(J)).max() <= tol * np.abs(V).max() ** 2
+    assert (np.diff(s[J > 0]) <= 0).all() and (np.diff(s[J < 0]) >= 0).all()
+    s_cpu = lg.hyperbolic_svd(G, J, compute_v=False)[1].astype(np.float64)
+    for sg in (1, -1):                                        # the numpy path, group by group
+        np.testing.assert_allclose(np.sort(s[J == sg]), np.sort(s_cpu[J == sg]), rtol=1e2 * tol * 10)
+
+
+def test_eigh_indefinite_gpu(rng):
+    X = rng.standard_normal((150, 150))
+    M = (X + X.T) / 2
+    w, U = (cp.asnumpy(x) for x in lg.eigh_indefinite(cp.asarray(M)))
+    ref = np.linalg.eigvalsh(M)
+    np.testing.assert_allclose(w, ref, atol=1e-11 * np.abs(ref).max())
+    assert np.abs(U.T @ U - np.eye(150)).max() < 1e-11
+    assert np.linalg.norm(M @ U - U * w) < 1e-11 * np.linalg.norm(M)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("mf,mg,n", [(64, 64, 64), (110, 100, 100), (300, 200, 130)])
+def test_gsvd_gpu(rng, dtype, mf, mg, n):
+    F = rng.standard_normal((mf, n)).astype(dtype)
+    G = rng.standard_normal((mg, n)).astype(dtype)
+    U, V, Z, a, b, X = (cp.asnumpy(x).astype(np.float64) for x in lg.gsvd(cp.asarray(F), cp.asarray(G), True))
+    F64, G64 = F.astype(np.float64), G.astype(np.float64)
+    tol = 100 * n * _eps(dtype)
+    assert np.linalg.norm(F64 @ Z - U * a) <= tol * np.linalg.norm(F64) * np.linalg.norm(Z)
+    assert np.linalg.norm(G64 @ Z - V * b) <= tol * np.linalg.norm(G64) * np.linalg.norm(Z)
+    assert np.abs(U.T @ U - np.eye(n)).max() <= tol and np.abs(V.T @ V - np.eye(n)).max() <= tol
+    np.testing.assert_allclose(a * a + b * b, 1, atol=tol)
+    assert (np.diff(a / b) <= 0).all()
+    cond = np.linalg.cond(Z)
+    assert np.linalg.norm(F64 - (U * a) @ X) <= tol * cond * np.linalg.norm(F64)
+    a_cpu, b_cpu = lg.gsvd(F, G)[3:5]
+    np.testing.assert_allclose(a / b, a_cpu / b_cpu, rtol=tol * cond)
+
+
+def test_gsvd_gpu_bitwise_repeatable(rng):
+    F, G = (cp.asarray(rng.standard_normal((130, 100))) for _ in range(2))
+    first = lg.gsvd(F, G)
+    second = lg.gsvd(F, G)
+    for x, y in zip(first, second, strict=True):
+        assert cp.array_equal(x, y)
+
+
+def test_gpu_errors(rng):
+    G = cp.asarray(rng.standard_normal((50, 40)))
+    G[:, 3] = G[:, 7]
+    with pytest.raises(np.linalg.LinAlgError):
+        lg.gsvd(cp.asarray(rng.standard_normal((50, 40))), G)
+    with pytest.raises(ValueError, match="J"):
+        lg.hyperbolic_svd(cp.asarray(rng.standard_normal((50, 40))), np.ones(39))
+    with pytest.raises(np.linalg.LinAlgError):
+        lg.hyperbolic_svd(cp.zeros((50, 40)), np.ones(40))
