@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from small_testlib import eps, sym_from_eigs
 
-from linalg_gpu._backend import cupy_available
 from linalg_gpu.jacobi.indefinite import gjgt
 
 DTYPES = (np.float32, np.float64)
@@ -235,18 +234,3 @@ def test_not_symmetric(rng, dtype):
 def test_bad_tol(tol):
     with pytest.raises(ValueError, match="tol must be a number in"):
         gjgt(np.eye(3), tol=tol)
-
-
-# ---------------------------------------------------------------------------------------------
-# cupy in, cupy out (computed on the host)
-
-
-@pytest.mark.skipif(not cupy_available(), reason="no CUDA device visible to CuPy")
-def test_cupy_in_cupy_out(rng):
-    import cupy
-
-    M, _ = _well_separated(rng, 20, 7, np.float64)
-    G, J, info = gjgt(cupy.asarray(M))
-    assert isinstance(G, cupy.ndarray) and isinstance(J, cupy.ndarray)
-    check_factor(M, G.get(), J.get(), info)
-    assert int((J > 0).sum()) == 7

@@ -131,3 +131,17 @@ def test_gpu_errors(rng):
         lg.hyperbolic_svd(cp.asarray(rng.standard_normal((50, 40))), np.ones(39))
     with pytest.raises(np.linalg.LinAlgError):
         lg.hyperbolic_svd(cp.zeros((50, 40)), np.ones(40))
+
+
+def test_gjgt_cupy_in_cupy_out(rng):
+    from linalg_gpu.jacobi.indefinite import gjgt
+
+    Q, _ = np.linalg.qr(rng.standard_normal((20, 20)))
+    lam = np.concatenate([rng.uniform(0.1, 10, 7), -rng.uniform(0.1, 10, 13)])
+    M = (Q * lam) @ Q.T
+    M = (M + M.T) / 2
+    G, J, info = gjgt(cp.asarray(M))
+    assert isinstance(G, cp.ndarray) and isinstance(J, cp.ndarray)
+    G, J = cp.asnumpy(G), cp.asnumpy(J)
+    assert np.linalg.norm(M - (G * J) @ G.T) <= 100 * 20 * np.finfo(float).eps * info["growth"] * np.linalg.norm(M)
+    assert int((J > 0).sum()) == 7
