@@ -47,7 +47,7 @@ __device__ int hz_pair(T aii, T ajj, T aij, T bii, T bjj, T bij, T tol, T& z11, 
     const T di = rsqrt(bii), dj = rsqrt(bjj);
     const T a1 = aii * di * di, a2 = ajj * dj * dj, a12 = aij * di * dj;
     const T x0 = bij * di * dj;
-    const bool rotate = fabs(x0) >= tol || fabs(a12) >= sqrt(a1) * sqrt(a2) * tol;
+    const bool rotate = fabs(x0) >= tol || fabs(a12) > sqrt(a1) * sqrt(a2) * tol;   // strict: zero F columns stay
     int kind = 0;
     if (rotate) {
         const T x = x0, t = sqrt((1 - x) * (1 + x)), sp = sqrt(1 + x), sm = sqrt(1 - x);

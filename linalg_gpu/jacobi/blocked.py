@@ -491,7 +491,8 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, bl
     order = xp.argsort(-(alpha / beta))
     alpha, beta, sF, sG, theta = alpha[order], beta[order], sF[order], sG[order], theta[order]
     WF, WG, WZ = WF[order], WG[order], WZ[order]
-    nz = sF > np.finfo(dt).tiny
+    nz = sF > n * np.finfo(dt).eps * xp.linalg.norm(WF) * xp.linalg.norm(WZ, axis=1) * theta   # as gsvd._finish
+    alpha = xp.where(nz, alpha, 0)
     Us = xp.zeros((n, n), dtype=dt)
     Us[:, nz] = (WF[nz] / sF[nz, None]).T
     Us = _complete(xp, Us, nz, False, n, dt)                                          # alpha = 0: completed

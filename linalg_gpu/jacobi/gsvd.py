@@ -90,7 +90,8 @@ def hz_transform(aii, ajj, aij, bii, bjj, bij, tol):
     di, dj = one / xp.sqrt(bii), one / xp.sqrt(bjj)                      # D
     a1, a2, a12 = aii * di * di, ajj * dj * dj, aij * di * dj            # A' = D A D
     x = bij * di * dj                                                    # b'_ij
-    rotate = (xp.abs(x) >= tol) | (xp.abs(a12) >= xp.sqrt(a1) * xp.sqrt(a2) * tol)
+    # not relatively orthogonal (a strict test for A, so that a pair of zero columns of F is left alone)
+    rotate = (xp.abs(x) >= tol) | (xp.abs(a12) > xp.sqrt(a1) * xp.sqrt(a2) * tol)
     x = xp.where(rotate, x, 0)
     t = xp.sqrt((one - x) * (one + x))
     sp, sm = xp.sqrt(one + x), xp.sqrt(one - x)
@@ -180,7 +181,9 @@ def _finish(WF, WG, WZ, return_x):
     alpha, beta = sF * theta, sG * theta
     order = np.lexsort((np.arange(len(alpha)), -alpha / beta))           # alpha / beta descending, stable
     alpha, beta, sF, sG, theta = alpha[order], beta[order], sF[order], sG[order], theta[order]
-    nz = sF > np.finfo(WF.dtype).tiny
+    # an alpha below the rounding of F Z's column (n eps ||F|| ||z_j||) is zero: F is rank deficient there
+    nz = sF > len(sF) * np.finfo(WF.dtype).eps * np.linalg.norm(WF) * _row_norms(WZ[order]) * theta
+    alpha = np.where(nz, alpha, 0)
     U = np.zeros((WF.shape[1], len(order)), dtype=WF.dtype)
     U[:, nz] = (WF[order][nz] / sF[nz, None]).T
     if not nz.all():                                                     # alpha = 0: complete U (n x n)

@@ -1,0 +1,345 @@
+"""Generalized SVD by the implicit Hari-Zimmermann algorithm (``linalg_gpu.jacobi.gsvd``, numpy path;
+``blocked.gsvd`` and ``congruence.block_hz`` run on numpy as the CPU twins of the GPU path).
+
+Checked by the defining identities, computed in float64: F Z = U diag(alpha), G Z = V diag(beta),
+U^T U = V^T V = I, alpha^2 + beta^2 = 1, the order of alpha / beta, F = U diag(alpha) X with X Z = I (to
+c n eps cond(Z), the paper's measure); against LAPACK (scipy.linalg.eigh of the pencil (F^T F, G^T G)
+with G well conditioned); the 2 x 2 transformation itself (Z^T A Z diagonal, Z^T B Z = I, including the
+exception of proportional pivot blocks); bitwise repeatability; the blocked variant against the pointwise
+one; and the errors. Bounds are c n eps of the dtype. Inputs are fresh random matrices from ``rng``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+from small_testlib import eps, random_orthogonal
+
+from linalg_gpu.jacobi import blocked
+from linalg_gpu.jacobi.congruence import block_hz
+from linalg_gpu.jacobi.gsvd import gsvd, hz_transform
+
+DTYPES = (np.float32, np.float64)
+SHAPES = ((1, 1, 1), (5, 5, 5), (30, 25, 20), (50, 40, 40))
+C = 8                                  # the constant in the c n eps bounds (measured: <= 1.4)
+
+
+def _well_conditioned(rng, m, n, dtype=np.float64):
+    """Q1 diag(s) Q2^T with orthonormal Q1 (m, n), Q2 (n, n) and s in [1, 2]: cond <= 2."""
+    Q1 = np.linalg.qr(rng.standard_normal((m, n)))[0]
+    return ((Q1 * np.linspace(1, 2, n)) @ random_orthogonal(rng, n).T).astype(dtype)
+
+
+def _orth_err(X):
+    X = X.astype(np.float64)
+    return np.abs(X.T @ X - np.eye(X.shape[1])).max() if X.size else 0.0
+
+
+def check_gsvd(F, G, U, V, Z, alpha, beta, X=None, c=C):
+    """The GSVD identities in float64 to c n eps (X's to c n eps cond(Z)); returns cond(Z)."""
+    (mF, n), mG = F.shape, G.shape[0]
+    dt = F.dtype
+    bound = c * max(n, 1) * eps(dt)
+    for x in (U, V, Z, alpha, beta) + ((X,) if X is not None else ()):
+        assert x.dtype == dt and np.isfinite(x).all()
+    assert U.shape == (mF, n) and V.shape == (mG, n) and Z.shape == (n, n)
+    assert alpha.shape == beta.shape == (n,)
+    F64, G64, U64, V64, Z64, a, b = (x.astype(np.float64) for x in (F, G, U, V, Z, alpha, beta))
+    nZ = np.linalg.norm(Z64, 2)
+    ef = np.linalg.norm(F64 @ Z64 - U64 * a) / (max(np.linalg.norm(F64, 2), np.finfo(dt).tiny) * nZ)
+    eg = np.linalg.norm(G64 @ Z64 - V64 * b) / (np.linalg.norm(G64, 2) * nZ)
+    assert ef <= bound and eg <= bound, (ef, eg)
+    assert _orth_err(U) <= bound and _orth_err(V) <= bound, (_orth_err(U), _orth_err(V))
+    assert np.abs(a * a + b * b - 1).max() <= bound
+    assert (beta > 0).all() and (alpha >= 0).all()
+    assert (np.diff(a / b) <= 0).all(), "alpha / beta not descending"
+    cz = np.linalg.cond(Z64)
+    if X is not None:
+        X64 = X.astype(np.float64)
+        if np.linalg.norm(F64):
+            assert np.linalg.norm(F64 - (U64 * a) @ X64) <= bound * cz * np.linalg.norm(F64)
+        assert np.linalg.norm(G64 - (V64 * b) @ X64) <= bound * cz * np.linalg.norm(G64)
+        assert np.abs(X64 @ Z64 - np.eye(n)).max() <= bound * cz
+    return cz
+
+
+# ---------------------------------------------------------------------------------------------
+# gsvd: identities, LAPACK, rank deficiency, repeatability, info
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gsvd_identities(rng, dtype, shape):
+    mF, mG, n = shape
+    F = rng.standard_normal((mF, n)).astype(dtype)
+    G = rng.standard_normal((mG, n)).astype(dtype)
+    U, V, Z, alpha, beta, X = gsvd(F, G, True)
+    check_gsvd(F, G, U, V, Z, alpha, beta, X)
+    U1, V1, Z1, a1, b1 = gsvd(F, G)                        # return_x changes nothing else
+    for x, y in zip((U, V, Z, alpha, beta), (U1, V1, Z1, a1, b1), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_generalized_eigenvalues_against_scipy(rng, shape):
+    """(alpha / beta)^2 are the eigenvalues of the pencil (F^T F, G^T G); Z its eigenvectors."""
+    mF, mG, n = shape
+    F = rng.standard_normal((mF, n))
+    G = _well_conditioned(rng, mG, n)
+    U, V, Z, alpha, beta = gsvd(F, G)
+    check_gsvd(F, G, U, V, Z, alpha, beta)
+    A, B = F.T @ F, G.T @ G
+    ref = scipy.linalg.eigh(A, B, eigvals_only=True)[::-1]          # descending
+    lam = (alpha / beta) ** 2
+    assert np.abs(lam - ref).max() <= C * n * eps(np.float64) * ref[0]
+    R = A @ Z - (B @ Z) * lam                                       # A Z = B Z diag(lam)
+    assert np.linalg.norm(R) <= C * n * eps(np.float64) * np.linalg.norm(A) * np.linalg.norm(Z, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,r", [(20, 7), (12, 6), (6, 3)])
+def test_rank_deficient_f(rng, dtype, n, r):
+    """F = X Y of rank r < n: n - r zero alphas (to c n eps), U still orthonormal (measured over 600
+    draws each: <= 1.1 and <= 1.6 n eps). With r small against n (e.g. (6, 1), (12, 11) in float32) about
+    1 draw in 100 fails, see ``test_rank_deficient_f_known_failures``."""
+    F = (rng.standard_normal((n + 10, r)) @ rng.standard_normal((r, n))).astype(dtype)
+    G = rng.standard_normal((n + 5, n)).astype(dtype)
+    U, V, Z, alpha, beta = gsvd(F, G)
+    check_gsvd(F, G, U, V, Z, alpha, beta)
+    assert (alpha[:r] > 100 * n * eps(dtype)).all()
+    assert (alpha[r:] <= C * n * eps(dtype)).all(), alpha[r:]
+
+
+def _rank_deficient_cases():
+    tridiag = np.array([[2.0, 1.0, 0.0], [1.0, 2.0, 1.0], [0.0, 1.0, 2.0]])
+    row = np.zeros((3, 3))
+    row[0] = [1.0, 2.0, 3.0]
+    return {
+        "zero column": (np.array([[1.0, 2.0, 0.0], [3.0, 4.0, 0.0], [5.0, 6.0, 0.0]]), tridiag, 2),
+        "ones 6x6": (np.ones((6, 6)), np.eye(6), 1),
+        "outer(1..6)": (np.outer(np.arange(1.0, 7.0), np.arange(1.0, 7.0)), np.eye(6), 1),
+        "one nonzero row": (row, np.eye(3), 1),
+        "F = 0": (np.zeros((4, 3)), np.eye(3), 0),
+    }
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", list(_rank_deficient_cases()))
+def test_rank_deficient_f(dtype, case):
+    """Rank-deficient F: its zero alphas are exactly 0 and U stays orthonormal (completed there)."""
+    F, G, r = _rank_deficient_cases()[case]
+    F, G = F.astype(dtype), G.astype(dtype)
+    n = F.shape[1]
+    with np.errstate(over="ignore"):
+        U, V, Z, alpha, beta = gsvd(F, G)
+    assert (alpha[r:] <= C * n * eps(dtype)).all()
+    assert _orth_err(U) <= C * n * eps(dtype), _orth_err(U)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_zero_column_of_f(rng, dtype):
+    n = 20
+    F = rng.standard_normal((n + 3, n)).astype(dtype)
+    F[:, rng.integers(n)] = 0
+    G = rng.standard_normal((n + 5, n)).astype(dtype)
+    U, V, Z, alpha, beta = gsvd(F, G)
+    assert alpha[-1] <= C * eps(dtype) and (alpha[:-1] > 0).all()
+    assert _orth_err(U) <= C * n * eps(dtype), _orth_err(U)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bitwise_repeatable(rng, dtype):
+    F = rng.standard_normal((30, 20)).astype(dtype)
+    G = rng.standard_normal((25, 20)).astype(dtype)
+    first = gsvd(F, G, True)
+    second = gsvd(F.copy(), G.copy(), True)
+    for x, y in zip(first, second, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_info(rng):
+    F, G = rng.standard_normal((30, 20)), rng.standard_normal((25, 20))
+    *res, info = gsvd(F, G, return_info=True)
+    assert len(res) == 5
+    assert {"sweeps", "converged", "transformations", "big"} <= set(info)
+    assert info["converged"] is True and 2 <= info["sweeps"] <= 30
+    assert 0 < info["big"] <= info["transformations"]
+    assert info["transformations"] >= 20 * 19 // 2                  # the first sweep moves every pair
+    *_, X, info_x = gsvd(F, G, True, return_info=True)
+    assert X.shape == (20, 20) and info_x["sweeps"] == info["sweeps"]
+    *_, loose = gsvd(F, G, max_sweeps=1, return_info=True)
+    assert loose["converged"] is False and loose["sweeps"] == 1
+    with pytest.raises(np.linalg.LinAlgError, match="max_sweeps=1"):
+        gsvd(F, G, max_sweeps=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_empty(dtype):
+    F, G = np.zeros((3, 0), dtype), np.zeros((2, 0), dtype)
+    U, V, Z, alpha, beta, X, info = gsvd(F, G, True, return_info=True)
+    assert U.shape == (3, 0) and V.shape == (2, 0) and Z.shape == X.shape == (0, 0)
+    assert alpha.shape == beta.shape == (0,) and alpha.dtype == dtype
+    assert info["converged"] and info["sweeps"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the 2 x 2 transformation
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hz_transform_random_pivots(rng, dtype):
+    """Pivot blocks of random column pairs, scaled over 1e-3..1e3 (|b'_ij| <= 0.9, t = sqrt(1 - b'_ij^2)):
+    Z^T B Z = I and Z^T A Z diagonal to c eps / t^2 (normwise: one two-sided step, measured <= 5 and
+    <= 2), and the new diagonal of A descending (the sorting swap)."""
+    k = 500
+    Fc = rng.standard_normal((k, 6, 2)) * 10.0 ** rng.uniform(-3, 3, (k, 1, 2))
+    Gc = rng.standard_normal((k, 6, 2)) * 10.0 ** rng.uniform(-3, 3, (k, 1, 2))
+    A = (Fc.transpose(0, 2, 1) @ Fc).astype(dtype)
+    B = (Gc.transpose(0, 2, 1) @ Gc).astype(dtype)
+    x = B[:, 0, 1].astype(np.float64) / np.sqrt(B[:, 0, 0].astype(np.float64) * B[:, 1, 1])
+    keep = np.abs(x) <= 0.9
+    A, B, t2 = A[keep], B[keep], 1 - x[keep] ** 2
+    z11, z12, z21, z22, rotate, big = hz_transform(A[:, 0, 0], A[:, 1, 1], A[:, 0, 1], B[:, 0, 0], B[:, 1, 1],
+                                                    B[:, 0, 1], dtype(2 * eps(dtype)))
+    assert rotate.all() and big.dtype == bool
+    Zm = np.stack([np.stack([z11, z12], -1), np.stack([z21, z22], -1)], -2).astype(np.float64)
+    Zt = Zm.transpose(0, 2, 1)
+    DA = Zt @ A.astype(np.float64) @ Zm
+    DB = Zt @ B.astype(np.float64) @ Zm
+    assert (np.abs(DB - np.eye(2)).max(axis=(1, 2)) * t2 <= C * eps(dtype)).all()
+    d1, d2 = DA[:, 0, 0], DA[:, 1, 1]
+    assert (np.abs(DA[:, 0, 1]) * t2 <= C * eps(dtype) * np.maximum(d1, d2)).all()
+    assert (d1 >= d2).all(), "new diagonal of A not descending"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_hz_transform_exception(rng, dtype, sign):
+    """A proportional to B (a_ii = a_jj = a, a_ij = a b_ij, b_ii = b_jj = 1): cot(2 theta) = 0 / 0; the
+    exception's Z still gives Z^T B Z = I and Z^T A Z = a I."""
+    k = 200
+    a = rng.uniform(0.5, 5, k).astype(dtype)
+    x = (sign * rng.uniform(0.05, 0.9, k)).astype(dtype)
+    one = np.ones(k, dtype)
+    z11, z12, z21, z22, rotate, big = hz_transform(a, a, a * x, one, one, x, dtype(2 * eps(dtype)))
+    assert rotate.all() and big.all()
+    Zm = np.stack([np.stack([z11, z12], -1), np.stack([z21, z22], -1)], -2).astype(np.float64)
+    A = np.stack([np.stack([a, a * x], -1), np.stack([a * x, a], -1)], -2).astype(np.float64)
+    B = np.stack([np.stack([one, x], -1), np.stack([x, one], -1)], -2).astype(np.float64)
+    DA = Zm.transpose(0, 2, 1) @ A @ Zm
+    DB = Zm.transpose(0, 2, 1) @ B @ Zm
+    assert np.abs(DB - np.eye(2)).max() <= C * eps(dtype)
+    assert np.abs(DA / a[:, None, None].astype(np.float64) - np.eye(2)).max() <= C * eps(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+
+
+@pytest.mark.parametrize("F,G,exc,match", [
+    (np.ones((3, 2), dtype=np.complex128), np.eye(2), TypeError, "complex"),
+    (np.ones((3, 2)), np.eye(2, dtype=np.complex64), TypeError, "complex"),
+    (np.ones((3, 2), dtype=np.float32), np.eye(2), TypeError, "same dtype"),
+    (np.ones((3, 2), dtype=np.int64), np.eye(2, dtype=np.int64), TypeError, "integer"),
+    (np.ones((3, 2)), np.eye(3), ValueError, "same number of columns"),
+    (np.ones((3, 3)), np.ones((2, 3)), ValueError, "G must have at least as many rows"),
+    (np.ones((2, 3)), np.eye(3), ValueError, "F must have at least as many rows"),
+    (np.ones(3), np.eye(3), ValueError, "2-D"),
+    (np.array([[1.0, np.nan], [0.0, 1.0]]), np.eye(2), ValueError, "finite"),
+    (np.eye(2), np.array([[1.0, 0.0], [np.inf, 1.0]]), ValueError, "finite"),
+])
+def test_bad_input(F, G, exc, match):
+    with pytest.raises(exc, match=match):
+        gsvd(F, G)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("defect", ["duplicate columns", "zero column"])
+def test_rank_deficient_g(rng, dtype, defect):
+    F = rng.standard_normal((8, 5)).astype(dtype)
+    G = rng.standard_normal((7, 5)).astype(dtype)
+    if defect == "duplicate columns":
+        G[:, 3] = G[:, 0]
+    else:
+        G[:, 1] = 0
+    with pytest.raises(np.linalg.LinAlgError, match="full column rank"):
+        gsvd(F, G)
+
+
+@pytest.mark.parametrize("kwargs", [{"tol": 0}, {"tol": 1.0}, {"tol": float("inf")}, {"max_sweeps": 0},
+                                    {"max_sweeps": 1.5}])
+def test_bad_options(kwargs):
+    with pytest.raises(ValueError, match="tol must be" if "tol" in kwargs else "max_sweeps must be"):
+        gsvd(np.eye(3), np.eye(3), **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# the blocked variant and its inner Jacobi, on numpy
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(40, 40, 40), (60, 50, 40), (100, 100, 100), (130, 120, 100)])
+def test_blocked_gsvd(rng, dtype, shape):
+    """blocked.gsvd (block = 16: several block pairs and a pad) on F of condition 100 and G of condition 2:
+    the identities, and alpha, beta as the pointwise path's (float64: relative, measured <= 5e-15;
+    float32: absolute, alpha and beta being <= 1)."""
+    mF, mG, n = shape
+    F = (np.linalg.qr(rng.standard_normal((mF, n)))[0] * np.logspace(0, -2, n)) @ random_orthogonal(rng, n).T
+    F = F.astype(dtype)
+    G = _well_conditioned(rng, mG, n, dtype)
+    U, V, Z, alpha, beta, X, info = blocked.gsvd(F, G, True, block=16, return_info=True)
+    assert info["converged"]
+    check_gsvd(F, G, U, V, Z, alpha, beta, X)
+    a0, b0 = gsvd(F, G)[3:5]
+    if dtype == np.float64:
+        assert np.abs(alpha / a0 - 1).max() <= 1e-11 and np.abs(beta / b0 - 1).max() <= 1e-11
+        assert np.abs((alpha / beta) / (a0 / b0) - 1).max() <= 1e-11
+    else:
+        assert np.abs(alpha - a0).max() <= C * n * eps(dtype) and np.abs(beta - b0).max() <= C * n * eps(dtype)
+
+
+def test_blocked_gsvd_rank_deficient_f(rng):
+    n, r = 40, 9
+    F = rng.standard_normal((n + 10, r)) @ rng.standard_normal((r, n))
+    G = rng.standard_normal((n + 10, n))
+    U, V, Z, alpha, beta, info = blocked.gsvd(F, G, block=16, return_info=True)
+    assert info["converged"]
+    check_gsvd(F, G, U, V, Z, alpha, beta)
+    assert (alpha[r:] <= C * n * eps(np.float64)).all()
+
+
+def test_blocked_gsvd_zero_column_of_f(rng):
+    n = 40
+    F = rng.standard_normal((n + 10, n))
+    F[:, rng.integers(n)] = 0
+    G = rng.standard_normal((n + 10, n))
+    with np.errstate(invalid="ignore"):
+        U, V, Z, alpha, beta, info = blocked.gsvd(F, G, block=16, return_info=True)
+    assert info["converged"] and alpha.shape == (n,)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_block_hz_twin(rng, dtype):
+    """Three 32 x 32 pairs of Gram matrices: V^T A V, V^T B V diagonal (relatively), their diagonals
+    summing to 1 (Theta), the ratios descending and equal to the pencil's eigenvalues (scipy)."""
+    K = 32
+    X = rng.standard_normal((3, 2 * K, K))
+    Y = rng.standard_normal((3, 2 * K, K))
+    A = (X.transpose(0, 2, 1) @ X).astype(dtype)
+    B = (Y.transpose(0, 2, 1) @ Y).astype(dtype)
+    V, big = block_hz(A, B, np.sqrt(K) * eps(dtype), 30)
+    assert V.shape == (3, K, K) and V.dtype == dtype and (big > 0).all()
+    V64, A64, B64 = V.astype(np.float64), A.astype(np.float64), B.astype(np.float64)
+    DA = V64.transpose(0, 2, 1) @ A64 @ V64
+    DB = V64.transpose(0, 2, 1) @ B64 @ V64
+    da, db = np.diagonal(DA, axis1=1, axis2=2), np.diagonal(DB, axis1=1, axis2=2)
+    bound = C * K * eps(dtype)
+    for D, d in ((DA, da), (DB, db)):
+        assert (d > 0).all()
+        assert np.abs(D / np.sqrt(d[:, :, None] * d[:, None, :]) - np.eye(K)).max() <= bound
+    assert np.abs(da + db - 1).max() <= bound
+    ratio = da / db
+    assert (np.diff(ratio, axis=1) <= 0).all()
+    ref = scipy.linalg.eigh(A64[0], B64[0], eigvals_only=True)[::-1]
+    assert np.abs(ratio[0] - ref).max() <= bound * ref[0]
