@@ -126,7 +126,7 @@ def _rank_deficient_cases():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", list(_rank_deficient_cases()))
-def test_rank_deficient_f(dtype, case):
+def test_rank_deficient_f_cases(dtype, case):
     """Rank-deficient F: its zero alphas are exactly 0 and U stays orthonormal (completed there)."""
     F, G, r = _rank_deficient_cases()[case]
     F, G = F.astype(dtype), G.astype(dtype)
