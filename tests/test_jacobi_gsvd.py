@@ -101,8 +101,7 @@ def test_generalized_eigenvalues_against_scipy(rng, shape):
 @pytest.mark.parametrize("n,r", [(20, 7), (12, 6), (6, 3)])
 def test_rank_deficient_f(rng, dtype, n, r):
     """F = X Y of rank r < n: n - r zero alphas (to c n eps), U still orthonormal (measured over 600
-    draws each: <= 1.1 and <= 1.6 n eps). With r small against n (e.g. (6, 1), (12, 11) in float32) about
-    1 draw in 100 fails, see ``test_rank_deficient_f_known_failures``."""
+    draws each: <= 1.1 and <= 1.6 n eps); fixed matrices in ``test_rank_deficient_f_cases``."""
     F = (rng.standard_normal((n + 10, r)) @ rng.standard_normal((r, n))).astype(dtype)
     G = rng.standard_normal((n + 5, n)).astype(dtype)
     U, V, Z, alpha, beta = gsvd(F, G)

@@ -47,7 +47,7 @@ __device__ int hz_pair(T aii, T ajj, T aij, T bii, T bjj, T bij, T tol, T& z11, 
     const T di = rsqrt(bii), dj = rsqrt(bjj);
     const T a1 = aii * di * di, a2 = ajj * dj * dj, a12 = aij * di * dj;
     const T x0 = bij * di * dj;
-    const bool rotate = fabs(x0) >= tol || fabs(a12) > sqrt(a1) * sqrt(a2) * tol;   // strict: zero F columns stay
+    const bool rotate = fabs(x0) >= tol || fabs(a12) > sqrt(fabs(a1)) * sqrt(fabs(a2)) * tol;   // strict: zero F columns stay
     int kind = 0;
     if (rotate) {
         const T x = x0, t = sqrt((1 - x) * (1 + x)), sp = sqrt(1 + x), sm = sqrt(1 - x);
@@ -68,7 +68,7 @@ __device__ int hz_pair(T aii, T ajj, T aij, T bii, T bjj, T bij, T tol, T& z11, 
             const T cphi = c + xi * (s - eta * c), cpsi = c - xi * (s + eta * c);
             const T sphi = s - xi * (c + eta * s), spsi = s + xi * (c - eta * s);
             z11 = cphi / t; z12 = sphi / t; z21 = -spsi / t; z22 = cpsi / t;
-            kind = (cphi / t == 1 && cpsi / t == 1) ? 2 : 3;
+            kind = (fabs(cphi / t - 1) <= 2 * eps<T>() && fabs(cpsi / t - 1) <= 2 * eps<T>()) ? 2 : 3;   // C1, one rounding
         }
     } else {
         z11 = 1; z12 = 0; z21 = 0; z22 = 1;

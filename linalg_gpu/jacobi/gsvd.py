@@ -22,7 +22,7 @@ Exception (cot(2 theta) = 0/0: the pivot blocks are proportional): Z' = [[1/sqrt
 Z'^T B' Z' = I for x < 0 too, this is the same matrix for x >= 0.)
 A pair is left alone if |x| < eps sqrt(n) and |a'_ij| < sqrt(a'_ii a'_jj) eps sqrt(n) (relatively
 orthogonal); the columns are swapped when that keeps diag(A) descending (the sorting of section 2.1).
-A transformation is "small" when cos(phi) / t = cos(psi) / t = 1 in floating point (criterion C1,
+A transformation is "small" when cos(phi) / t = cos(psi) / t = 1 to one rounding (2 eps; criterion C1,
 section 2.5), else "big"; the sweeps stop after one with no big transformation. Afterwards (section 2.4)
 Sigma_F, Sigma_G are the column norms of F and G, Theta = (Sigma_F^2 + Sigma_G^2)^(-1/2), alpha = Sigma_F Theta,
 beta = Sigma_G Theta, U = F Sigma_F^-1, V = G Sigma_G^-1, Z = Z Theta.
@@ -91,7 +91,7 @@ def hz_transform(aii, ajj, aij, bii, bjj, bij, tol):
     a1, a2, a12 = aii * di * di, ajj * dj * dj, aij * di * dj            # A' = D A D
     x = bij * di * dj                                                    # b'_ij
     # not relatively orthogonal (a strict test for A, so that a pair of zero columns of F is left alone)
-    rotate = (xp.abs(x) >= tol) | (xp.abs(a12) > xp.sqrt(a1) * xp.sqrt(a2) * tol)
+    rotate = (xp.abs(x) >= tol) | (xp.abs(a12) > xp.sqrt(xp.abs(a1)) * xp.sqrt(xp.abs(a2)) * tol)
     x = xp.where(rotate, x, 0)
     t = xp.sqrt((one - x) * (one + x))
     sp, sm = xp.sqrt(one + x), xp.sqrt(one - x)
@@ -115,7 +115,9 @@ def hz_transform(aii, ajj, aij, bii, bjj, bij, tol):
     e1, e2 = r2 / sp, r2 / sm                                            # the exception's Z'
     z11, z12 = xp.where(exception, e1, z11), xp.where(exception, -e2, z12)
     z21, z22 = xp.where(exception, e1, z21), xp.where(exception, e2, z22)
-    big = rotate & ~((cphi / t == 1) & (cpsi / t == 1))                  # criterion C1
+    # criterion C1, to one rounding: cos/t of 1 + eps (t = 1 - eps/2 for |x| just above eps/4) is small
+    e1 = dt(2 * np.finfo(aii.dtype).eps)
+    big = rotate & ~((xp.abs(cphi / t - 1) <= e1) & (xp.abs(cpsi / t - 1) <= e1))
     z11, z12 = xp.where(rotate, z11, one), xp.where(rotate, z12, 0)
     z21, z22 = xp.where(rotate, z21, 0), xp.where(rotate, z22, one)
     # the new diagonal of A' (z_k^T A' z_k), to keep it descending: swap the columns of Z' if not
