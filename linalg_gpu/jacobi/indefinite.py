@@ -17,7 +17,8 @@ alpha = (1 + sqrt(17)) / 8,
 
 brought to the front by symmetric row / column swaps, followed by the rank-1 or rank-2 update of
 the trailing submatrix (one vectorized numpy operation per pivot step). The elimination stops
-when mu0 <= tol * max|M|; the order left over is the null part. Post-processing: a 1x1 pivot d
+when mu0 <= tol * max|M| and mu0 <= sqrt(tol) * max|M_ij| over the remaining rows and columns
+i, j; the order left over is the null part. Post-processing: a 1x1 pivot d
 gives the column L_k sqrt|d| and the sign sgn(d); a 2x2 block D_k = Q_k diag(l1, l2) Q_k^T,
 diagonalized by one Jacobi rotation, gives L_k Q_k diag(sqrt|l1|, sqrt|l2|) and sgn(l1), sgn(l2).
 """
@@ -86,7 +87,8 @@ def _bunch_parlett(A, tol):
     n = A.shape[0]
     dt = A.dtype.type
     perm = np.arange(n)
-    amax = float(np.abs(A).max())
+    absM = np.abs(A)                                                     # |M|, for the rank test
+    amax = float(absM.max())
     smax = amax
     pivots, d = [], []
     buf = np.empty(n * n, dtype=A.dtype)                                 # |S| without reallocation
@@ -98,7 +100,11 @@ def _bunch_parlett(A, tol):
         ij = int(absS.argmax())
         mu0 = float(absS.flat[ij])
         smax = max(smax, mu0)
-        if mu0 <= tol * amax:                                            # negligible: the null part
+        # the null part: negligible against max|M| (rounding noise of the elimination is absolute) and
+        # not comparable to M's own entries in the remaining rows and columns (the small but exact
+        # pivots of a graded matrix are; a threshold on max|M| alone returned its tiny eigenvalues
+        # as zeros)
+        if mu0 <= tol * amax and mu0 <= math.sqrt(tol) * float(absM[np.ix_(perm[k:], perm[k:])].max()):
             break
         diag = np.diagonal(absS)                                         # (m,)
         i1 = int(diag.argmax())
@@ -192,8 +198,10 @@ def gjgt(M, *, tol=None):
         is copied to the host, factored there and the factors returned as cupy arrays: the GPU
         has no good indefinite factorization (paper 000, sections 1 and 6 leave it open).
     tol : float in (0, 1), optional
-        The elimination stops when every entry of the Schur complement is <= tol * max|M|; the
-        remaining order is the null part. Default n * eps(dtype).
+        The elimination stops when every entry of the Schur complement is <= tol * max|M| and
+        <= sqrt(tol) times the largest |M_ij| over its rows and columns (M's own entries there, so
+        that the small but exact pivots of a graded matrix are kept); the remaining order is the
+        null part. Default n * eps(dtype).
 
     Returns
     -------
