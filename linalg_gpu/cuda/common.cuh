@@ -27,3 +27,17 @@ __device__ __forceinline__ void gsync()
 {
     if constexpr (Group<N>::WARP) __syncwarp(); else __syncthreads();
 }
+
+// The chess-tournament steps of K players (papers 003, 004; orderings.round_robin): in step s seat k
+// plays seat K-1-k, seat 0 stays and the others move one seat per step; pair t of step s is
+// (seat[s][2t], seat[s][2t + 1]). Filled by the NT threads of a block.
+template <int K, int NT>
+__device__ __forceinline__ void tournament_seats(unsigned char (*seat)[K])
+{
+    constexpr int H = K / 2;
+    for (int i = threadIdx.x; i < (K - 1) * H; i += NT) {
+        const int step = i / H, k1 = i % H, k2 = K - 1 - k1;
+        seat[step][2 * k1] = k1 == 0 ? 0 : 1 + (k1 - 1 + K - 1 - step) % (K - 1);
+        seat[step][2 * k1 + 1] = 1 + (k2 - 1 + K - 1 - step) % (K - 1);
+    }
+}

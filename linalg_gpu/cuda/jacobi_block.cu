@@ -45,11 +45,7 @@ block_eigh(const T* __restrict__ G, long long stride, int ld, T* __restrict__ V,
         a[r * S + c] = (g[(long long)r * ld + c] + g[(long long)c * ld + r]) / 2;   // symmetric part
         v[r * S + c] = (r == c) ? T(1) : T(0);
     }
-    for (int i = tid; i < (K - 1) * H; i += NT) {           // seat k plays seat K-1-k; seat 0 stays,
-        const int step = i / H, k1 = i % H, k2 = K - 1 - k1; // the others move one seat per step
-        seat[step][2 * k1] = k1 == 0 ? 0 : 1 + (k1 - 1 + K - 1 - step) % (K - 1);
-        seat[step][2 * k1 + 1] = 1 + (k2 - 1 + K - 1 - step) % (K - 1);
-    }
+    tournament_seats<K, NT>(seat);
     bool any = false;
     for (int sweep = 0; sweep < max_sweeps; ++sweep) {
         if (tid == 0) rotated = 0;

@@ -111,11 +111,7 @@ block_congruence(const T* __restrict__ A, const T* __restrict__ B, const signed 
         v[r * S + c] = (r == c) ? T(1) : T(0);
     }
     if (MODE == 1 && tid < K) sg[tid] = sign[(long long)blockIdx.x * K + tid];
-    for (int i = tid; i < (K - 1) * H; i += NT) {
-        const int step = i / H, k1 = i % H, k2 = K - 1 - k1;
-        seat[step][2 * k1] = k1 == 0 ? 0 : 1 + (k1 - 1 + K - 1 - step) % (K - 1);
-        seat[step][2 * k1 + 1] = 1 + (k2 - 1 + K - 1 - step) % (K - 1);
-    }
+    tournament_seats<K, NT>(seat);
     if (tid == 0) count = 0;
     bool any = false;
     for (int sweep = 0; sweep < max_sweeps; ++sweep) {

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import get_array_module
+from .._backend import get_array_module, to_host
 from .block import SIZES, block_eigh
 from .congruence import block_hyperbolic, block_hz
+from .hsvd import _output_slots
 from .orderings import round_robin
 
 BLOCK = 32
@@ -389,14 +390,7 @@ def hyperbolic_svd(G, sign, *, compute_v=True, tol=None, max_sweeps=60, return_i
     if not converged and not return_info:
         raise np.linalg.LinAlgError(f"hyperbolic_svd did not converge in max_sweeps={max_sweeps} sweeps "
                                     f"(relative off-diagonal {off:.2e} > tol {tol:.2e})")
-    # the output slots: where J = +1 the positive columns by sigma descending, where -1 the negative ascending
-    fs = fsign.get() if hasattr(fsign, "get") else np.asarray(fsign)
-    sh = s.get() if hasattr(s, "get") else np.asarray(s)
-    pos, neg = np.flatnonzero(fs > 0), np.flatnonzero(fs < 0)
-    pick = np.empty(n, dtype=np.int64)
-    pick[sign > 0] = pos[np.argsort(-sh[pos], kind="stable")]
-    pick[sign < 0] = neg[np.argsort(sh[neg], kind="stable")]
-    pick_x = xp.asarray(pick)
+    pick_x = xp.asarray(_output_slots(to_host(s), to_host(fsign), sign))
     sigma = s[pick_x]
     U = U_w[:, pick_x] / sigma                                                       # (rows, n) eq. 13
     if Q is not None:

@@ -40,8 +40,8 @@ import math
 
 import numpy as np
 
-from .._backend import is_cupy_array
-from .hsvd import _check_matrix, _check_options
+from .._backend import get_array_module, is_cupy_array
+from .hsvd import _check_full_rank, _check_matrix, _check_options
 from .orderings import modified_modulus
 from .svd import _apply_q, _complete, _householder_qrcp, _row_norms
 
@@ -64,27 +64,13 @@ def _check_pair(F, G, xp=None):
     return F, G
 
 
-def _check_g_rank(G):
-    """G's columns, each scaled to unit norm, must be numerically independent (B = G^T G > 0)."""
-    n = G.shape[1]
-    G64 = np.asarray(G.get() if hasattr(G, "get") else G, dtype=np.float64)
-    norms = _row_norms(np.ascontiguousarray(G64.T))
-    if (norms == 0).any():
-        raise np.linalg.LinAlgError(f"G is not of full column rank: column {int(np.argmin(norms))} is zero")
-    s = np.linalg.svd(G64 / norms, compute_uv=False)
-    if s[-1] <= n * np.finfo(G.dtype).eps * s[0]:
-        raise np.linalg.LinAlgError(
-            f"G is not of full column rank (numerically): its column-scaled condition number is "
-            f"{s[0] / max(s[-1], np.finfo(np.float64).tiny):.1e}; the GSVD needs B = G^T G positive definite")
-
-
 def hz_transform(aii, ajj, aij, bii, bjj, bij, tol):
     """The 2 x 2 transformations of the pivot pairs (arrays of the same shape; module docstring).
 
     Returns (z11, z12, z21, z22, rotate, big): Z = [[z11, z12], [z21, z22]] with the rescaling D and
     the sorting swap included; ``rotate`` False where the pair was relatively orthogonal (Z is then
     the identity or the swap), ``big`` True for the big transformations (criterion C1)."""
-    xp = np if isinstance(aii, np.ndarray) else __import__("cupy")
+    xp = get_array_module(aii)
     dt = aii.dtype.type
     one, two = dt(1), dt(2)
     di, dj = one / xp.sqrt(bii), one / xp.sqrt(bjj)                      # D
@@ -258,7 +244,7 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
         out += (e,) if return_x else ()
         info = {"sweeps": 0, "converged": True, "transformations": 0, "big": 0, "tol": tol}
         return out + (info,) if return_info else out
-    _check_g_rank(G)
+    _check_full_rank(G, "the GSVD needs B = G^T G positive definite")
     Fs, Gs, cols, qF, qG = _shorten(F, G)
     WF, WG = np.ascontiguousarray(Fs.T), np.ascontiguousarray(Gs.T)      # (n, n) rows = columns
     WZ = np.eye(n, dtype=dt)

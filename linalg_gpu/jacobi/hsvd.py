@@ -41,7 +41,7 @@ import numpy as np
 
 from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
 from .orderings import modified_modulus
-from .svd import _apply_q, _complete, _householder_qrcp, _row_norms
+from .svd import _apply_q, _complete, _householder_qrcp, _relative_off, _row_norms
 
 __all__ = ["hyperbolic_svd", "eigh_indefinite"]
 
@@ -81,18 +81,19 @@ def _check_signature(J, n, dtype):
     return J.astype(dtype)
 
 
-def _check_full_rank(G):
-    """G's columns, each scaled to unit norm, must be numerically independent (the hyperbolic
-    rotations need |a_ij| < (a_ii + a_jj) / 2 for every pair)."""
-    m, n = G.shape
-    norms = _row_norms(np.ascontiguousarray(G.T, dtype=np.float64))
+def _check_full_rank(G, need):
+    """G's columns, each scaled to unit norm, must be numerically independent; ``need`` says why
+    (the hyperbolic rotations need |a_ij| < (a_ii + a_jj) / 2, the GSVD a positive definite G^T G)."""
+    n = G.shape[1]
+    G64 = np.asarray(G.get() if hasattr(G, "get") else G, dtype=np.float64)
+    norms = _row_norms(np.ascontiguousarray(G64.T))
     if (norms == 0).any():
         raise np.linalg.LinAlgError(f"G is not of full column rank: column {int(np.argmin(norms))} is zero")
-    s = np.linalg.svd(G.astype(np.float64) / norms, compute_uv=False)
+    s = np.linalg.svd(G64 / norms, compute_uv=False)
     if s[-1] <= n * np.finfo(G.dtype).eps * s[0]:
         raise np.linalg.LinAlgError(
             f"G is not of full column rank (numerically): its column-scaled condition number is "
-            f"{s[0] / max(s[-1], np.finfo(np.float64).tiny):.1e}; the hyperbolic SVD needs independent columns")
+            f"{s[0] / max(s[-1], np.finfo(np.float64).tiny):.1e}; {need}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,6 +105,16 @@ def _sorted_positions(d, sign):
     pos = np.flatnonzero(sign > 0)
     neg = np.flatnonzero(sign < 0)
     return np.concatenate([pos[np.argsort(-d[pos], kind="stable")], neg[np.argsort(d[neg], kind="stable")]])
+
+
+def _output_slots(s, row_sign, sign):
+    """For each output slot k (G's column order), the row of ``s`` it takes: among the rows of the
+    sign ``sign[k]``, the + ones by s descending, the - ones ascending, so that V keeps J as given."""
+    order = _sorted_positions(s, row_sign)
+    npos = int((row_sign > 0).sum())
+    pick = np.empty(len(sign), dtype=np.int64)
+    pick[sign > 0], pick[sign < 0] = order[:npos], order[npos:]
+    return pick
 
 
 def _hyperbolic_pair(alpha, beta, gamma, hyp):
@@ -179,16 +190,6 @@ def _hyperbolic_jacobi(W, Wt, sign, tol, max_sweeps):
     return max_sweeps, False, rotations, "max_sweeps"
 
 
-def _relative_off(W, s):
-    """max |g_i^T g_j| / (||g_i|| ||g_j||) over the pairs of columns (0 for fewer than 2)."""
-    if len(s) < 2:
-        return 0.0
-    X = W / s[:, None]
-    C = np.abs(X @ X.T)
-    np.fill_diagonal(C, 0)
-    return float(C.max())
-
-
 def _hsvd_core(G, sign, compute_v, tol, max_sweeps):
     """(U, sigma, V, info) of a finite G (m, n), m >= n, full column rank, in the output order."""
     m, n = G.shape
@@ -206,13 +207,9 @@ def _hsvd_core(G, sign, compute_v, tol, max_sweeps):
     Wt = np.eye(n, dtype=dt) if compute_v else None
     sweeps, converged, rotations, stop = _hyperbolic_jacobi(W, Wt, sj, tol, max_sweeps)
     s = _row_norms(W)                                                    # (n,) sigma, by column of R
-    order = _sorted_positions(s, sj)                                     # + descending, - ascending
     info = {"sweeps": sweeps, "converged": converged, "rotations": rotations, "off_norm": _relative_off(W, s),
             "tol": tol, "stop": stop, "ordering": "modified_modulus"}
-    # output slot k (G's column order) takes the next R column of order with J's sign at slot k
-    npos = int((sj > 0).sum())
-    pick = np.empty(n, dtype=np.int64)                                   # (n,) rows of W per slot
-    pick[sign > 0], pick[sign < 0] = order[:npos], order[npos:]
+    pick = _output_slots(s, sj, sign)                                    # (n,) rows of W per slot
     sigma = s[pick]
     UR = (W[pick] / sigma[:, None]).T                                    # (n or m, n) eq. 13
     if rows is not None:
@@ -296,7 +293,7 @@ def hyperbolic_svd(G, J, *, compute_v=True, tol=None, max_sweeps=60, return_info
         out = (np.zeros((m, 0), G.dtype), np.zeros(0, G.dtype)) + ((np.zeros((0, 0), G.dtype),) if compute_v else ())
         return out + ({"sweeps": 0, "converged": True, "rotations": 0, "off_norm": 0.0, "tol": tol, "stop": "trivial",
                        "ordering": "modified_modulus"},) if return_info else out
-    _check_full_rank(G)
+    _check_full_rank(G, "the hyperbolic SVD needs independent columns")
     U, sigma, V, info = _hsvd_core(G, sign, compute_v, tol, max_sweeps)
     if not info["converged"] and not return_info:
         raise np.linalg.LinAlgError(f"hyperbolic_svd did not converge in max_sweeps={max_sweeps} quasi-sweeps "
