@@ -16,7 +16,8 @@ import numpy as np
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 COMPILE_SECONDS: dict[str, float] = {}
-_CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+_CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+           np.dtype(np.complex64): "cplx<float>", np.dtype(np.complex128): "cplx<double>"}   # cplx: common.cuh
 
 
 @lru_cache(maxsize=None)

@@ -1,12 +1,14 @@
 """Generalized SVD by the implicit Hari-Zimmermann algorithm (``linalg_gpu.jacobi.gsvd``, numpy path;
 ``blocked.gsvd`` and ``congruence.block_hz`` run on numpy as the CPU twins of the GPU path).
 
-Checked by the defining identities, computed in float64: F Z = U diag(alpha), G Z = V diag(beta),
-U^T U = V^T V = I, alpha^2 + beta^2 = 1, the order of alpha / beta, F = U diag(alpha) X with X Z = I (to
-c n eps cond(Z), the paper's measure); against LAPACK (scipy.linalg.eigh of the pencil (F^T F, G^T G)
-with G well conditioned); the 2 x 2 transformation itself (Z^T A Z diagonal, Z^T B Z = I, including the
-exception of proportional pivot blocks); bitwise repeatability; the blocked variant against the pointwise
-one; and the errors. Bounds are c n eps of the dtype. Inputs are fresh random matrices from ``rng``.
+Checked by the defining identities, computed in float64 (complex128): F Z = U diag(alpha), G Z = V diag(beta),
+U^H U = V^H V = I, alpha^2 + beta^2 = 1, the order of alpha / beta, F = U diag(alpha) X with X Z = I (to
+c n eps cond(Z), the paper's measure); against LAPACK (scipy.linalg.eigh of the pencil (F^H F, G^H G)
+with G well conditioned); the 2 x 2 transformation itself (Z^H A Z diagonal, Z^H B Z = I, including the
+exceptions); bitwise repeatability; the blocked variant against the pointwise one; and the errors. The
+complex case (section 2.1.1) runs the same checks on complex matrices, and a real pair given as complex
+must give the real pair's alpha, beta. Bounds are c n eps of the dtype. Inputs are fresh random matrices
+from ``rng``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from linalg_gpu.jacobi.congruence import block_hz
 from linalg_gpu.jacobi.gsvd import gsvd, hz_transform
 
 DTYPES = (np.float32, np.float64)
+CDTYPES = (np.complex64, np.complex128)
 SHAPES = ((1, 1, 1), (5, 5, 5), (30, 25, 20), (50, 40, 40))
 C = 8                                  # the constant in the c n eps bounds (measured: <= 1.4)
 
@@ -31,9 +34,22 @@ def _well_conditioned(rng, m, n, dtype=np.float64):
     return ((Q1 * np.linspace(1, 2, n)) @ random_orthogonal(rng, n).T).astype(dtype)
 
 
+def _hi(X):
+    """X in float64 (complex128)."""
+    return X.astype(np.result_type(X.dtype, np.float64))
+
+
+def _randn(rng, shape, dtype):
+    """Standard normal entries (real and imaginary parts for a complex dtype)."""
+    X = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        X = X + 1j * rng.standard_normal(shape)
+    return X.astype(dtype)
+
+
 def _orth_err(X):
-    X = X.astype(np.float64)
-    return np.abs(X.T @ X - np.eye(X.shape[1])).max() if X.size else 0.0
+    X = _hi(X)
+    return np.abs(X.conj().T @ X - np.eye(X.shape[1])).max() if X.size else 0.0
 
 
 def check_gsvd(F, G, U, V, Z, alpha, beta, X=None, c=C):
@@ -41,11 +57,13 @@ def check_gsvd(F, G, U, V, Z, alpha, beta, X=None, c=C):
     (mF, n), mG = F.shape, G.shape[0]
     dt = F.dtype
     bound = c * max(n, 1) * eps(dt)
-    for x in (U, V, Z, alpha, beta) + ((X,) if X is not None else ()):
+    for x in (U, V, Z) + ((X,) if X is not None else ()):
         assert x.dtype == dt and np.isfinite(x).all()
+    for x in (alpha, beta):
+        assert x.dtype == np.finfo(dt).dtype and np.isfinite(x).all()
     assert U.shape == (mF, n) and V.shape == (mG, n) and Z.shape == (n, n)
     assert alpha.shape == beta.shape == (n,)
-    F64, G64, U64, V64, Z64, a, b = (x.astype(np.float64) for x in (F, G, U, V, Z, alpha, beta))
+    F64, G64, U64, V64, Z64, a, b = (_hi(x) for x in (F, G, U, V, Z, alpha, beta))
     nZ = np.linalg.norm(Z64, 2)
     ef = np.linalg.norm(F64 @ Z64 - U64 * a) / (max(np.linalg.norm(F64, 2), np.finfo(dt).tiny) * nZ)
     eg = np.linalg.norm(G64 @ Z64 - V64 * b) / (np.linalg.norm(G64, 2) * nZ)
@@ -56,7 +74,7 @@ def check_gsvd(F, G, U, V, Z, alpha, beta, X=None, c=C):
     assert (np.diff(a / b) <= 0).all(), "alpha / beta not descending"
     cz = np.linalg.cond(Z64)
     if X is not None:
-        X64 = X.astype(np.float64)
+        X64 = _hi(X)
         if np.linalg.norm(F64):
             assert np.linalg.norm(F64 - (U64 * a) @ X64) <= bound * cz * np.linalg.norm(F64)
         assert np.linalg.norm(G64 - (V64 * b) @ X64) <= bound * cz * np.linalg.norm(G64)
@@ -68,12 +86,12 @@ def check_gsvd(F, G, U, V, Z, alpha, beta, X=None, c=C):
 # gsvd: identities, LAPACK, rank deficiency, repeatability, info
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES + CDTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_gsvd_identities(rng, dtype, shape):
     mF, mG, n = shape
-    F = rng.standard_normal((mF, n)).astype(dtype)
-    G = rng.standard_normal((mG, n)).astype(dtype)
+    F = _randn(rng, (mF, n), dtype)
+    G = _randn(rng, (mG, n), dtype)
     U, V, Z, alpha, beta, X = gsvd(F, G, True)
     check_gsvd(F, G, U, V, Z, alpha, beta, X)
     U1, V1, Z1, a1, b1 = gsvd(F, G)                        # return_x changes nothing else
@@ -237,8 +255,9 @@ def test_hz_transform_exception(rng, dtype, sign):
 
 
 @pytest.mark.parametrize("F,G,exc,match", [
-    (np.ones((3, 2), dtype=np.complex128), np.eye(2), TypeError, "complex"),
-    (np.ones((3, 2)), np.eye(2, dtype=np.complex64), TypeError, "complex"),
+    (np.ones((3, 2), dtype=np.complex128), np.eye(2), TypeError, "same dtype"),
+    (np.ones((3, 2)), np.eye(2, dtype=np.complex64), TypeError, "same dtype"),
+    (np.ones((3, 2), dtype=np.clongdouble), np.eye(2, dtype=np.clongdouble), TypeError, "complex64 and complex128"),
     (np.ones((3, 2), dtype=np.float32), np.eye(2), TypeError, "same dtype"),
     (np.ones((3, 2), dtype=np.int64), np.eye(2, dtype=np.int64), TypeError, "integer"),
     (np.ones((3, 2)), np.eye(3), ValueError, "same number of columns"),
@@ -333,6 +352,156 @@ def test_block_hz_twin(rng, dtype):
     DA = V64.transpose(0, 2, 1) @ A64 @ V64
     DB = V64.transpose(0, 2, 1) @ B64 @ V64
     da, db = np.diagonal(DA, axis1=1, axis2=2), np.diagonal(DB, axis1=1, axis2=2)
+    bound = C * K * eps(dtype)
+    for D, d in ((DA, da), (DB, db)):
+        assert (d > 0).all()
+        assert np.abs(D / np.sqrt(d[:, :, None] * d[:, None, :]) - np.eye(K)).max() <= bound
+    assert np.abs(da + db - 1).max() <= bound
+    ratio = da / db
+    assert (np.diff(ratio, axis=1) <= 0).all()
+    ref = scipy.linalg.eigh(A64[0], B64[0], eigvals_only=True)[::-1]
+    assert np.abs(ratio[0] - ref).max() <= bound * ref[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# the complex case (section 2.1.1)
+
+
+def _unitary(rng, n):
+    Q, R = np.linalg.qr(_randn(rng, (n, n), np.complex128))
+    return Q * (np.diagonal(R) / np.abs(np.diagonal(R)))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_complex_generalized_eigenvalues_against_scipy(rng, shape):
+    """(alpha / beta)^2 are the eigenvalues of the Hermitian pencil (F^H F, G^H G), G of condition 2."""
+    mF, mG, n = shape
+    F = _randn(rng, (mF, n), np.complex128)
+    Q1 = np.linalg.qr(_randn(rng, (mG, n), np.complex128))[0]
+    G = (Q1 * np.linspace(1, 2, n)) @ _unitary(rng, n).conj().T
+    U, V, Z, alpha, beta, X = gsvd(F, G, True)
+    check_gsvd(F, G, U, V, Z, alpha, beta, X)
+    A, B = F.conj().T @ F, G.conj().T @ G
+    ref = scipy.linalg.eigh(A, B, eigvals_only=True)[::-1]
+    lam = (alpha / beta) ** 2
+    assert np.abs(lam - ref).max() <= C * n * eps(np.float64) * ref[0]
+    R = A @ Z - (B @ Z) * lam
+    assert np.linalg.norm(R) <= C * n * eps(np.float64) * np.linalg.norm(A) * np.linalg.norm(Z, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_complex_of_a_real_pair(rng, dtype):
+    """A real pair given as complex: the complex iteration (x = |b'|, phases +-1) gives the real one's alpha
+    and beta (the generalized singular values are unique) to c n eps."""
+    n = 20
+    F = rng.standard_normal((n + 4, n)).astype(dtype)
+    G = _well_conditioned(rng, n + 2, n, dtype)
+    cdt = np.result_type(dtype, np.complex64)
+    _, _, Zc, ac, bc = gsvd(F.astype(cdt), G.astype(cdt))
+    _, _, Zr, ar, br = gsvd(F, G)
+    assert np.abs(ac - ar).max() <= C * n * eps(dtype) and np.abs(bc - br).max() <= C * n * eps(dtype)
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+@pytest.mark.parametrize("case", ["random", "equal diagonals"])
+def test_hz_transform_complex_pivots(rng, dtype, case):
+    """Complex pivot blocks (|b'_ij| <= 0.9), scaled over 1e-3..1e3: Z^H B Z = I and Z^H A Z diagonal to
+    c eps / t^2, the new diagonal descending. "equal diagonals": a'_ii = a'_jj, so h = 0 and gamma = +-pi/2,
+    with v = Im(e^{-i zeta} a'_ij) of both signs (the paper's sin(gamma) = 1 fails for v < 0)."""
+    k = 500
+    Fc = _randn(rng, (k, 6, 2), np.complex128) * 10.0 ** rng.uniform(-3, 3, (k, 1, 2))
+    Gc = _randn(rng, (k, 6, 2), np.complex128) * 10.0 ** rng.uniform(-3, 3, (k, 1, 2))
+    A = Fc.conj().transpose(0, 2, 1) @ Fc
+    B = Gc.conj().transpose(0, 2, 1) @ Gc
+    if case == "equal diagonals":                       # diag(B) = I and a_ii = a_jj exactly: h = 0
+        d = 1 / np.sqrt(np.diagonal(B, axis1=1, axis2=2).real)
+        B = B * d[:, :, None] * d[:, None, :]
+        B[:, 0, 0] = B[:, 1, 1] = 1
+        A[:, 1, 1] = A[:, 0, 0]
+        A[:, 0, 1] = A[:, 0, 0] * rng.uniform(0, 0.9, k) * np.exp(1j * rng.uniform(-np.pi, np.pi, k))
+        A[:, 1, 0] = A[:, 0, 1].conj()
+    A, B = A.astype(dtype), B.astype(dtype)
+    x = np.abs(B[:, 0, 1].astype(np.complex128)) / np.sqrt(B[:, 0, 0].real.astype(np.float64) * B[:, 1, 1].real)
+    keep = x <= 0.9
+    A, B, t2 = A[keep], B[keep], 1 - x[keep] ** 2
+    tol = np.finfo(dtype).dtype.type(2 * eps(dtype))
+    z11, z12, z21, z22, rotate, big = hz_transform(A[:, 0, 0].real, A[:, 1, 1].real, A[:, 0, 1], B[:, 0, 0].real,
+                                                    B[:, 1, 1].real, B[:, 0, 1], tol)
+    assert rotate.all() and z11.dtype == dtype
+    Zm = _hi(np.stack([np.stack([z11, z12], -1), np.stack([z21, z22], -1)], -2))
+    Zh = Zm.conj().transpose(0, 2, 1)
+    DA = Zh @ _hi(A) @ Zm
+    DB = Zh @ _hi(B) @ Zm
+    assert (np.abs(DB - np.eye(2)).max(axis=(1, 2)) * t2 <= C * eps(dtype)).all()
+    d1, d2 = DA[:, 0, 0].real, DA[:, 1, 1].real
+    assert (np.abs(DA[:, 0, 1]) * t2 <= C * eps(dtype) * np.maximum(d1, d2)).all()
+    assert (d1 >= d2).all(), "new diagonal of A not descending"
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_hz_transform_complex_exception(rng, dtype):
+    """A = a B with complex b_ij (v = h = 0): the exception's Z gives Z^H B Z = I and Z^H A Z = a I."""
+    k = 200
+    a = rng.uniform(0.5, 5, k)
+    x = rng.uniform(0.05, 0.9, k) * np.exp(1j * rng.uniform(-np.pi, np.pi, k))
+    one = np.ones(k)
+    rdt = np.finfo(dtype).dtype
+    ax = (a * x).astype(dtype)
+    z11, z12, z21, z22, rotate, big = hz_transform(a.astype(rdt), a.astype(rdt), ax, one.astype(rdt),
+                                                    one.astype(rdt), x.astype(dtype), rdt.type(2 * eps(dtype)))
+    assert rotate.all() and big.all()
+    Zm = _hi(np.stack([np.stack([z11, z12], -1), np.stack([z21, z22], -1)], -2))
+    xs = _hi(x.astype(dtype))
+    B = np.stack([np.stack([one + 0j, xs], -1), np.stack([xs.conj(), one + 0j], -1)], -2)
+    A = _hi(a.astype(rdt))[:, None, None] * B
+    Zh = Zm.conj().transpose(0, 2, 1)
+    assert np.abs(Zh @ B @ Zm - np.eye(2)).max() <= C * eps(dtype)
+    assert np.abs((Zh @ A @ Zm) / _hi(a.astype(rdt))[:, None, None] - np.eye(2)).max() <= C * eps(dtype)
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_complex_rank_deficient_f_and_repeatable(rng, dtype):
+    """Complex F of rank r: n - r zero alphas, U unitary (completed); the same input, the same bits."""
+    n, r = 16, 5
+    F = (_randn(rng, (n + 6, r), np.complex128) @ _randn(rng, (r, n), np.complex128)).astype(dtype)
+    G = _randn(rng, (n + 3, n), dtype)
+    first = gsvd(F, G, True)
+    check_gsvd(F, G, *first)
+    alpha = first[3]
+    assert (alpha[:r] > 100 * n * eps(dtype)).all() and (alpha[r:] <= C * n * eps(dtype)).all()
+    for x, y in zip(first, gsvd(F.copy(), G.copy(), True), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+@pytest.mark.parametrize("shape", [(40, 40, 40), (130, 120, 100)])
+def test_blocked_gsvd_complex(rng, dtype, shape):
+    """blocked.gsvd on complex pairs (block = 16): the identities, and alpha / beta as the pointwise path's."""
+    mF, mG, n = shape
+    F = _randn(rng, (mF, n), dtype)
+    G = _randn(rng, (mG, n), dtype)
+    U, V, Z, alpha, beta, X, info = blocked.gsvd(F, G, True, block=16, return_info=True)
+    assert info["converged"]
+    check_gsvd(F, G, U, V, Z, alpha, beta, X)
+    a0, b0 = gsvd(F, G)[3:5]
+    assert np.abs((alpha / beta) / (a0 / b0) - 1).max() <= C * n * eps(dtype) * np.linalg.cond(_hi(G))
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_block_hz_twin_complex(rng, dtype):
+    """Hermitian 32 x 32 Gram pairs: V^H A V, V^H B V diagonal, diagonals summing to 1, the ratios the
+    pencil's eigenvalues (scipy), descending."""
+    K = 32
+    X = _randn(rng, (3, 2 * K, K), np.complex128)
+    Y = _randn(rng, (3, 2 * K, K), np.complex128)
+    A = (X.conj().transpose(0, 2, 1) @ X).astype(dtype)
+    B = (Y.conj().transpose(0, 2, 1) @ Y).astype(dtype)
+    V, big = block_hz(A, B, np.sqrt(K) * eps(dtype), 30)
+    assert V.shape == (3, K, K) and V.dtype == dtype and (big > 0).all()
+    V64, A64, B64 = _hi(V), _hi(A), _hi(B)
+    Vh = V64.conj().transpose(0, 2, 1)
+    DA, DB = Vh @ A64 @ V64, Vh @ B64 @ V64
+    da, db = np.diagonal(DA, axis1=1, axis2=2).real, np.diagonal(DB, axis1=1, axis2=2).real
     bound = C * K * eps(dtype)
     for D, d in ((DA, da), (DB, db)):
         assert (d > 0).all()

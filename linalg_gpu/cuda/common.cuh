@@ -41,3 +41,37 @@ __device__ __forceinline__ void tournament_seats(unsigned char (*seat)[K])
         seat[step][2 * k1 + 1] = 1 + (k2 - 1 + K - 1 - step) % (K - 1);
     }
 }
+
+// Complex numbers for the kernels that take complex64/complex128 (the type name _kernels.py gives
+// them): a plain pair, so that arrays of it load and store like numpy's, with the few operations the
+// Hari-Zimmermann kernel needs. re, cj, abs2 also take real T, so one template serves both.
+template <typename R>
+struct cplx {
+    R re, im;
+    cplx() = default;
+    __device__ __forceinline__ cplx(R r) : re(r), im(0) {}
+    __device__ __forceinline__ cplx(R r, R i) : re(r), im(i) {}
+};
+template <typename R> __device__ __forceinline__ cplx<R> operator+(cplx<R> a, cplx<R> b) { return {a.re + b.re, a.im + b.im}; }
+template <typename R> __device__ __forceinline__ cplx<R> operator-(cplx<R> a, cplx<R> b) { return {a.re - b.re, a.im - b.im}; }
+template <typename R> __device__ __forceinline__ cplx<R> operator-(cplx<R> a) { return {-a.re, -a.im}; }
+template <typename R> __device__ __forceinline__ cplx<R> operator*(cplx<R> a, cplx<R> b)
+{
+    return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+}
+template <typename R> __device__ __forceinline__ cplx<R> operator*(cplx<R> a, R s) { return {a.re * s, a.im * s}; }
+template <typename R> __device__ __forceinline__ cplx<R> operator*(R s, cplx<R> a) { return {s * a.re, s * a.im}; }
+template <typename R> __device__ __forceinline__ cplx<R> operator/(cplx<R> a, R s) { return {a.re / s, a.im / s}; }
+template <typename R> __device__ __forceinline__ cplx<R>& operator*=(cplx<R>& a, R s) { a.re *= s; a.im *= s; return a; }
+
+template <typename T> struct real_of { using type = T; static constexpr bool complex = false; };
+template <typename R> struct real_of<cplx<R>> { using type = R; static constexpr bool complex = true; };
+
+template <typename T> __device__ __forceinline__ T re(T x) { return x; }
+template <typename R> __device__ __forceinline__ R re(cplx<R> x) { return x.re; }
+template <typename T> __device__ __forceinline__ T cj(T x) { return x; }
+template <typename R> __device__ __forceinline__ cplx<R> cj(cplx<R> x) { return {x.re, -x.im}; }
+template <typename T> __device__ __forceinline__ T abs2(T x) { return x * x; }
+template <typename R> __device__ __forceinline__ R abs2(cplx<R> x) { return x.re * x.re + x.im * x.im; }
+template <typename T> __device__ __forceinline__ T absv(T x) { return fabs(x); }
+template <typename R> __device__ __forceinline__ R absv(cplx<R> x) { return hypot(x.re, x.im); }

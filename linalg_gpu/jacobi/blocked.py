@@ -79,17 +79,26 @@ class _Layout:
 
 
 # gemm's alpha = 1 and beta = 0, by host address (an ndarray's .ctypes costs microseconds per call)
-_SCALARS = {np.dtype(t): (np.ones(1, dtype=t), np.zeros(1, dtype=t)) for t in (np.float32, np.float64)}
+_SCALARS = {np.dtype(t): (np.ones(1, dtype=t), np.zeros(1, dtype=t))
+            for t in (np.float32, np.float64, np.complex64, np.complex128)}
 _ONE_ZERO = {dt: (one.ctypes.data, zero.ctypes.data) for dt, (one, zero) in _SCALARS.items()}
+
+
+_GEMM = {np.dtype(np.float32): "sgemmStridedBatched", np.dtype(np.float64): "dgemmStridedBatched",
+         np.dtype(np.complex64): "cgemmStridedBatched", np.dtype(np.complex128): "zgemmStridedBatched"}
+
+
+def _adjoint(X):
+    return X.transpose(0, 2, 1).conj() if X.dtype.kind == "c" else X.transpose(0, 2, 1)
 
 
 def _bmm(xp, A, B, trans_a=False, trans_b=False, out=None):
     """op(A) @ op(B) for batches (b, ., .) of matrices with contiguous rows, into ``out``
-    (C-contiguous) if given. On the GPU one cuBLAS gemmStridedBatched call: cupy.matmul spends
-    40-55 us of Python per call (measured on the H100's host), which made the n = 1024 paths wait
-    on the CPU."""
+    (C-contiguous) if given; op = the transpose (complex: the conjugate transpose). On the GPU one
+    cuBLAS gemmStridedBatched call: cupy.matmul spends 40-55 us of Python per call (measured on the
+    H100's host), which made the n = 1024 paths wait on the CPU."""
     if xp is np:
-        return np.matmul(A.transpose(0, 2, 1) if trans_a else A, B.transpose(0, 2, 1) if trans_b else B, out=out)
+        return np.matmul(_adjoint(A) if trans_a else A, _adjoint(B) if trans_b else B, out=out)
     from cupy_backends.cuda.libs import cublas
 
     b, m, k = A.shape[0], A.shape[2 if trans_a else 1], A.shape[1 if trans_a else 2]
@@ -97,8 +106,8 @@ def _bmm(xp, A, B, trans_a=False, trans_b=False, out=None):
     C = xp.empty((b, m, n), dtype=A.dtype) if out is None else out
     handle = xp.cuda.device.get_cublas_handle()
     cublas.setStream(handle, xp.cuda.get_current_stream().ptr)
-    gemm = cublas.dgemmStridedBatched if A.dtype == np.float64 else cublas.sgemmStridedBatched
-    op = (cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T)
+    gemm = getattr(cublas, _GEMM[A.dtype])
+    op = (cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_C if A.dtype.kind == "c" else cublas.CUBLAS_OP_T)
     # column-major: C^T = op(B)^T op(A)^T, a row-major buffer being its transpose in column-major
     one, zero = _ONE_ZERO[A.dtype]
     item = A.itemsize
@@ -284,10 +293,10 @@ def _complete(cp, U, nz, full, cols, dt):
     rng = cp.random.default_rng(0)
     X = rng.standard_normal((m, need)).astype(dt)
     for _ in range(2):                                                              # project out twice
-        X -= keep @ (keep.T @ X)
+        X -= keep @ (keep.conj().T @ X)
     Qx, _ = cp.linalg.qr(X)
     for _ in range(2):
-        Qx -= keep @ (keep.T @ Qx)
+        Qx -= keep @ (keep.conj().T @ Qx)
         Qx, _ = cp.linalg.qr(Qx)
     out = cp.zeros((m, cols if full else U.shape[1]), dtype=dt)
     idx = cp.flatnonzero(nz)
@@ -412,7 +421,9 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, bl
     largest entry, then Householder QR without pivoting (cuSOLVER's): F[rF][:, c] = Q_F R_F,
     G[rG][:, c] = Q_G R_G; Z_0 scales G's columns to unit norm. Each step gathers the block pairs of
     [F^T G^T Z^T] (columns as rows), forms both Gram matrices by batched products, runs
-    ``congruence.block_hz`` on them and updates the three by one batched product. The sweeps stop
+    ``congruence.block_hz`` on them and updates the three by one batched product. Complex: the rows are
+    the columns f_j unconjugated, so the products give conj(A), conj(B); their M is conj(Z), and the
+    update Z^T X = M^H X. The sweeps stop
     after one without big transformations (criterion C1, section 2.5), or when the relative off-diagonal
     of both Gram matrices has (``_stopped``, as the SVD's).
     """
@@ -422,8 +433,8 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, bl
     n = F.shape[1]
     tol = float(np.finfo(dt).eps * np.sqrt(max(n, 1))) if tol is None else float(tol)
     if n == 0:
-        e = xp.zeros((0, 0), dt)
-        out = (xp.zeros((F.shape[0], 0), dt), xp.zeros((G.shape[0], 0), dt), e, xp.zeros(0, dt), xp.zeros(0, dt))
+        e, rdt = xp.zeros((0, 0), dt), np.finfo(dt).dtype
+        out = (xp.zeros((F.shape[0], 0), dt), xp.zeros((G.shape[0], 0), dt), e, xp.zeros(0, rdt), xp.zeros(0, rdt))
         out += (e,) if return_x else ()
         return out + ({"sweeps": 0, "converged": True, "big": 0, "tol": tol},) if return_info else out
     c = xp.argsort(-xp.linalg.norm(G, axis=0))
@@ -468,7 +479,8 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, bl
             if nbig == 0:
                 return 0.0
         X = XFGZ[:, :n + N]
-        return max(_relative_offdiag(xp, X[:, :n] @ X[:, :n].T), _relative_offdiag(xp, X[:, n:] @ X[:, n:].T))
+        return max(_relative_offdiag(xp, X[:, :n] @ X[:, :n].conj().T),
+                   _relative_offdiag(xp, X[:, n:] @ X[:, n:].conj().T))
 
     sweeps, converged, _ = _sweep(_Layout(xp, nb, block), measure, step, tol, max_sweeps, float(np.finfo(dt).eps))
     info = {"sweeps": sweeps, "converged": converged, "big": state["total"], "tol": tol,

@@ -16,7 +16,8 @@ K - 1 barriers fewer per block):
   signature of the block's rows never changes. Returns (V, bad): bad counts the hyperbolic pairs whose
   columns were numerically dependent (|zeta| <= 1), which the caller reports.
 - ``block_hz(A, B, tol, sweeps)``: M from the Hari-Zimmermann formulas (``gsvd.hz_transform``, paper 003
-  section 2.1.2: rescaling, exception, sorting swap), the pivot blocks' off-diagonals set to zero; then the
+  section 2.1.2, or 2.1.1 for Hermitian A, B: rescaling, exception, sorting swap; A <- M^H A M), the pivot
+  blocks' off-diagonals set to zero; then the
   columns scaled by Theta = (a_jj + b_jj)^(-1/2) (section 2.4) and sorted by a_jj / b_jj descending.
   Returns (V, big): the big transformations (criterion C1) per matrix.
 
@@ -66,13 +67,13 @@ def _twin(A, B, sign, tol, max_sweeps):
 
     b, K, _ = A.shape
     dt = A.dtype.type
-    a = (A + A.transpose(0, 2, 1)) / 2
-    bm = (B + B.transpose(0, 2, 1)) / 2 if B is not None else None
+    a = (A + A.transpose(0, 2, 1).conj()) / 2
+    bm = (B + B.transpose(0, 2, 1).conj()) / 2 if B is not None else None
     v = np.broadcast_to(np.eye(K, dtype=A.dtype), (b, K, K)).copy()
     rows = np.arange(b)[:, None]
     stats = np.zeros(b, dtype=np.int64)
     any_moved = np.zeros(b, dtype=bool)
-    tol = dt(tol)
+    tol = np.finfo(A.dtype).dtype.type(tol)
     for _ in range(max_sweeps):
         moved = np.zeros(b, dtype=bool)
         for step in round_robin(K):
@@ -88,16 +89,16 @@ def _twin(A, B, sign, tol, max_sweeps):
                 act = rot
             else:
                 bpp, bqq, bpq = bm[:, p, p], bm[:, q, q], bm[:, p, q]
-                m11, m12, m21, m22, rot, big = hz_transform(app, aqq, apq, bpp, bqq, bpq, tol)
+                m11, m12, m21, m22, rot, big = hz_transform(app.real, aqq.real, apq, bpp.real, bqq.real, bpq, tol)
                 stats += big.sum(axis=1)
                 act = rot | (m11 == 0)                                             # a swap moves too
             one, zero = dt(1), dt(0)
-            m11, m12 = np.where(act, m11, one), np.where(act, m12, zero)
+            m11, m12 = np.where(act, m11, one), np.where(act, m12, zero)              # M (complex: M^H X M)
             m21, m22 = np.where(act, m21, zero), np.where(act, m22, one)
             moved |= act.any(axis=1)
             for X in (a, bm) if bm is not None else (a,):
-                x, y = X[:, p, :], X[:, q, :]                                      # rows: M^T X
-                r11, r12, r21, r22 = m11[..., None], m12[..., None], m21[..., None], m22[..., None]
+                x, y = X[:, p, :], X[:, q, :]                                      # rows: M^H X
+                r11, r12, r21, r22 = (z.conj()[..., None] for z in (m11, m12, m21, m22))
                 X[:, p, :], X[:, q, :] = r11 * x + r21 * y, r12 * x + r22 * y
                 x, y = X[:, :, p], X[:, :, q]                                      # columns: (M^T X) M
                 X[:, :, p], X[:, :, q] = x * m11[:, None] + y * m21[:, None], x * m12[:, None] + y * m22[:, None]
@@ -112,7 +113,7 @@ def _twin(A, B, sign, tol, max_sweeps):
         any_moved |= moved
         if not moved.any():
             break
-    diag = np.diagonal(a, axis1=1, axis2=2)
+    diag = np.diagonal(a, axis1=1, axis2=2).real
     if bm is None:
         s = sign.astype(A.dtype)
         P = v.transpose(0, 2, 1) @ (s[:, :, None] * v)                             # V^T J V
@@ -124,8 +125,9 @@ def _twin(A, B, sign, tol, max_sweeps):
                 slots[i, idx[np.argsort(key[idx], kind="stable")]] = idx
     else:
                                                                                    # Theta, section 2.4
-        v = v / np.sqrt(diag + np.diagonal(bm, axis1=1, axis2=2))[:, None, :]
-        order = np.argsort(-(diag / np.diagonal(bm, axis1=1, axis2=2)), axis=1, kind="stable")
+        bdiag = np.diagonal(bm, axis1=1, axis2=2).real
+        v = v / np.sqrt(diag + bdiag)[:, None, :]
+        order = np.argsort(-(diag / bdiag), axis=1, kind="stable")
         slots = np.empty((b, K), dtype=np.int64)
         np.put_along_axis(slots, order, np.broadcast_to(np.arange(K), (b, K)), axis=1)
     out = np.empty_like(v)
@@ -144,6 +146,7 @@ def _gpu(A, B, sign, tol, max_sweeps):
         raise ValueError(f"the congruence kernel takes K in {SIZES}, got K = {K}")
     A = cp.ascontiguousarray(A)
     B = cp.ascontiguousarray(B) if B is not None else None
+    rdt = np.finfo(A.dtype).dtype
     V = cp.empty((b, K, K), dtype=A.dtype)
     stats = cp.zeros(b, dtype=cp.int32)
     if b == 0:
@@ -156,6 +159,6 @@ def _gpu(A, B, sign, tol, max_sweeps):
         fn.max_dynamic_shared_size_bytes = shared
         _CONFIGURED.add(fn)
     sgn = cp.ascontiguousarray(sign, dtype=cp.int8) if sign is not None else cp.zeros(1, dtype=cp.int8)
-    fn((b,), (nt,), (A, B if B is not None else A, sgn, V, stats, A.dtype.type(tol), np.int32(max_sweeps)),
+    fn((b,), (nt,), (A, B if B is not None else A, sgn, V, stats, rdt.type(tol), np.int32(max_sweeps)),
        shared_mem=shared)
     return V, stats

@@ -1,9 +1,9 @@
-"""Generalized SVD of (F, G) by the implicit (one-sided) Hari-Zimmermann algorithm (paper 003, real case).
+"""Generalized SVD of (F, G) by the implicit (one-sided) Hari-Zimmermann algorithm (paper 003), real or complex.
 
-``gsvd(F, G)`` returns U, V, Z, alpha, beta with F Z = U diag(alpha), G Z = V diag(beta), U^T U = V^T V = I,
+``gsvd(F, G)`` returns U, V, Z, alpha, beta with F Z = U diag(alpha), G Z = V diag(beta), U^H U = V^H V = I,
 alpha^2 + beta^2 = 1 and beta > 0 (G of full column rank), sorted by alpha / beta descending: the
 generalized singular values; Z's columns are the generalized eigenvectors of (A, B) = (F^T F, G^T G),
-A Z = B Z diag(alpha / beta)^2 (section 1).
+A Z = B Z diag(alpha / beta)^2 (section 1), A = F^H F, B = G^H G.
 
 The columns of F and G are orthogonalized jointly from the right by non-orthogonal 2 x 2 transformations
 (section 2.1). For a pivot pair (i, j): a_.. = f_.^T f_., b_.. = g_.^T g_. (the pivot blocks of A and B),
@@ -19,7 +19,8 @@ columns in every step, against the drift of diag(B)); with x = b'_ij, t = sqrt(1
 
 Exception (cot(2 theta) = 0/0: the pivot blocks are proportional): Z' = [[1/sqrt(1+x), -1/sqrt(1-x)],
 [1/sqrt(1+x), 1/sqrt(1-x)]] / sqrt(2). (The paper writes |x|; with the signed x, which is what makes
-Z'^T B' Z' = I for x < 0 too, this is the same matrix for x >= 0.)
+Z'^T B' Z' = I for x < 0 too, this is the same matrix for x >= 0.) Complex F, G use section 2.1.1's Z'
+(``_hz_complex``); everything else is the same with ^T read as ^H.
 A pair is left alone if |x| < eps sqrt(n) and |a'_ij| < sqrt(a'_ii a'_jj) eps sqrt(n) (relatively
 orthogonal); the columns are swapped when that keeps diag(A) descending (the sorting of section 2.1).
 A transformation is "small" when cos(phi) / t = cos(psi) / t = 1 to one rounding (2 eps; criterion C1,
@@ -49,8 +50,8 @@ __all__ = ["gsvd", "hz_transform"]
 
 
 def _check_pair(F, G, xp=None):
-    F = _check_matrix(F, "F", xp)
-    G = _check_matrix(G, "G", xp)
+    F = _check_matrix(F, "F", xp, complex_ok=True)
+    G = _check_matrix(G, "G", xp, complex_ok=True)
     if F.dtype != G.dtype:
         raise TypeError(f"F and G must have the same dtype, got {F.dtype} and {G.dtype}")
     if F.shape[1] != G.shape[1]:
@@ -64,21 +65,10 @@ def _check_pair(F, G, xp=None):
     return F, G
 
 
-def hz_transform(aii, ajj, aij, bii, bjj, bij, tol):
-    """The 2 x 2 transformations of the pivot pairs (arrays of the same shape; module docstring).
-
-    Returns (z11, z12, z21, z22, rotate, big): Z = [[z11, z12], [z21, z22]] with the rescaling D and
-    the sorting swap included; ``rotate`` False where the pair was relatively orthogonal (Z is then
-    the identity or the swap), ``big`` True for the big transformations (criterion C1)."""
-    xp = get_array_module(aii)
-    dt = aii.dtype.type
-    one, two = dt(1), dt(2)
-    di, dj = one / xp.sqrt(bii), one / xp.sqrt(bjj)                      # D
-    a1, a2, a12 = aii * di * di, ajj * dj * dj, aij * di * dj            # A' = D A D
-    x = bij * di * dj                                                    # b'_ij
-    # not relatively orthogonal (a strict test for A, so that a pair of zero columns of F is left alone)
-    rotate = (xp.abs(x) >= tol) | (xp.abs(a12) > xp.sqrt(xp.abs(a1)) * xp.sqrt(xp.abs(a2)) * tol)
-    x = xp.where(rotate, x, 0)
+def _hz_real(a1, a2, a12, x, one):
+    """Section 2.1.2's Z' (t, cos(phi), cos(psi) for C1) of the rescaled pivot blocks, x = b'_ij."""
+    xp = get_array_module(a1)
+    two = 2 * one
     t = xp.sqrt((one - x) * (one + x))
     sp, sm = xp.sqrt(one + x), xp.sqrt(one - x)
     xi = x / (sp + sm)
@@ -101,19 +91,91 @@ def hz_transform(aii, ajj, aij, bii, bjj, bij, tol):
     e1, e2 = r2 / sp, r2 / sm                                            # the exception's Z'
     z11, z12 = xp.where(exception, e1, z11), xp.where(exception, -e2, z12)
     z21, z22 = xp.where(exception, e1, z21), xp.where(exception, e2, z22)
-    # criterion C1, to one rounding: cos/t of 1 + eps (t = 1 - eps/2 for |x| just above eps/4) is small
+    return z11, z12, z21, z22, t, xp.where(exception, 0, cphi), xp.where(exception, 0, cpsi)
+
+
+def _hz_complex(a1, a2, a12, b12, one):
+    """Section 2.1.1's Z' (t, cos(phi), cos(psi) for C1) of the rescaled pivot blocks, b12 = b'_ij.
+
+    x = |b'_ij|, e^{i zeta} its phase (1 for 0), z = e^{-i zeta} a'_ij = u + i v, h = a'_jj - a'_ii,
+    tau = sign(1, h); tan(2 theta) = tau (2 u - (a'_ii + a'_jj) x) / (t sqrt(h^2 + 4 v^2)), tan(gamma) = 2 v / h;
+    cos(phi), cos(psi) = sqrt(1 +- x sin(2 theta) + t cos(gamma) cos(2 theta)) / sqrt(2),
+    e^{i alpha} sin(phi) = e^{i zeta} ((sin(2 theta) - x) + i t sin(gamma) cos(2 theta)) / (2 cos(psi)),
+    e^{-i beta} sin(psi) = e^{-i zeta} ((sin(2 theta) + x) - i t sin(gamma) cos(2 theta)) / (2 cos(phi)),
+    Z' = [[cos(phi), e^{i alpha} sin(phi)], [-e^{-i beta} sin(psi), cos(psi)]] / t.
+    For h = 0 (gamma = +-pi/2) sin(gamma) = sign(v): the paper's sin(gamma) = 1 diagonalizes only for
+    v > 0 (measured on random pairs: off-diagonal up to 30x the diagonal for v < 0). Exception (v = h = 0):
+    Z' = [[1 / sqrt(1 + x), -e^{i zeta} / sqrt(1 - x)], [e^{-i zeta} / sqrt(1 + x), 1 / sqrt(1 - x)]] / sqrt(2)."""
+    xp = get_array_module(a1)
+    two = 2 * one
+    x = xp.abs(b12)
+    ph = b12 / xp.where(x > 0, x, 1)
+    ph = xp.where(x > 0, ph, 1)                                          # e^{i zeta}
+    z = a12 * ph.conj()
+    u, v = z.real, z.imag
+    h = a2 - a1
+    tau = xp.where(h < 0, -one, one)
+    t = xp.sqrt((one - x) * (one + x))
+    exception = (h == 0) & (v == 0)
+    den = t * xp.hypot(h, two * v)
+    tan2 = tau * (two * u - (a1 + a2) * x) / xp.where(exception, 1, den)
+    c2 = one / xp.sqrt(one + tan2 * tan2)
+    s2 = tan2 * c2
+    hz = h == 0
+    tg = two * v / xp.where(hz, 1, h)
+    cg = xp.where(hz, 0, one / xp.sqrt(one + tg * tg))
+    sg = xp.where(hz, xp.sign(v), tg * cg)
+    w = t * cg * c2
+    cphi = xp.sqrt((one + x * s2 + w) / two)
+    cpsi = xp.sqrt((one - x * s2 + w) / two)
+    ws = t * sg * c2
+    sphi = ph * ((s2 - x) + 1j * ws) / (two * cpsi)                      # e^{i alpha} sin(phi)
+    spsi = ph.conj() * ((s2 + x) - 1j * ws) / (two * cphi)               # e^{-i beta} sin(psi)
+    z11, z12, z21, z22 = cphi / t, sphi / t, -spsi / t, cpsi / t
+    r2 = one / xp.sqrt(two)
+    e1, e2 = r2 / xp.sqrt(one + x), r2 / xp.sqrt(one - x)                # the exception's Z'
+    z11, z12 = xp.where(exception, e1, z11), xp.where(exception, -ph * e2, z12)
+    z21, z22 = xp.where(exception, ph.conj() * e1, z21), xp.where(exception, e2, z22)
+    return z11, z12, z21, z22, t, xp.where(exception, 0, cphi), xp.where(exception, 0, cpsi)
+
+
+def hz_transform(aii, ajj, aij, bii, bjj, bij, tol):
+    """The 2 x 2 transformations of the pivot pairs (arrays of the same shape; module docstring); aij, bij
+    complex for complex F, G (section 2.1.1), the diagonals real.
+
+    Returns (z11, z12, z21, z22, rotate, big): Z = [[z11, z12], [z21, z22]] with the rescaling D and
+    the sorting swap included; ``rotate`` False where the pair was relatively orthogonal (Z is then
+    the identity or the swap), ``big`` True for the big transformations (criterion C1)."""
+    xp = get_array_module(aii)
+    dt = aii.dtype.type
+    one, two = dt(1), dt(2)
+    di, dj = one / xp.sqrt(bii), one / xp.sqrt(bjj)                      # D
+    a1, a2, a12 = aii * di * di, ajj * dj * dj, aij * di * dj            # A' = D A D
+    x = bij * di * dj                                                    # b'_ij
+    # not relatively orthogonal (a strict test for A, so that a pair of zero columns of F is left alone)
+    rotate = (xp.abs(x) >= tol) | (xp.abs(a12) > xp.sqrt(xp.abs(a1)) * xp.sqrt(xp.abs(a2)) * tol)
+    x = xp.where(rotate, x, 0)
+    hz = _hz_complex if x.dtype.kind == "c" else _hz_real
+    z11, z12, z21, z22, t, cphi, cpsi = hz(a1, a2, a12, x, one)
+    # criterion C1, to one rounding: cos/t of 1 + eps (t = 1 - eps/2 for |x| just above eps/4) is small;
+    # the exceptions (cphi = cpsi = 0 there) are big
     e1 = dt(2 * np.finfo(aii.dtype).eps)
     big = rotate & ~((xp.abs(cphi / t - 1) <= e1) & (xp.abs(cpsi / t - 1) <= e1))
     z11, z12 = xp.where(rotate, z11, one), xp.where(rotate, z12, 0)
     z21, z22 = xp.where(rotate, z21, 0), xp.where(rotate, z22, one)
-    # the new diagonal of A' (z_k^T A' z_k), to keep it descending: swap the columns of Z' if not
-    d1 = z11 * z11 * a1 + two * z11 * z21 * a12 + z21 * z21 * a2
-    d2 = z12 * z12 * a1 + two * z12 * z22 * a12 + z22 * z22 * a2
+    # the new diagonal of A' (z_k^H A' z_k), to keep it descending: swap the columns of Z' if not
+    d1 = abs(z11) ** 2 * a1 + two * (z11.conj() * z21 * a12).real + abs(z21) ** 2 * a2
+    d2 = abs(z12) ** 2 * a1 + two * (z12.conj() * z22 * a12).real + abs(z22) ** 2 * a2
     swap = d1 < d2
     z11, z12 = xp.where(swap, z12, z11), xp.where(swap, z11, z12)
     z21, z22 = xp.where(swap, z22, z21), xp.where(swap, z21, z22)
     di, dj = xp.where(rotate, di, one), xp.where(rotate, dj, one)        # no rescaling without a rotation
     return z11 * di, z12 * di, z21 * dj, z22 * dj, rotate, big
+
+
+def _norm2(X):
+    """f^H f of each row f of X (real)."""
+    return (X * X).sum(axis=1) if X.dtype.kind != "c" else (X.real * X.real + X.imag * X.imag).sum(axis=1)
 
 
 def _hari_zimmermann(WF, WG, WZ, tol, max_sweeps):
@@ -127,9 +189,9 @@ def _hari_zimmermann(WF, WG, WZ, tol, max_sweeps):
         for P in steps:
             I, J = P[:, 0], P[:, 1]
             Fi, Fj, Gi, Gj = WF[I], WF[J], WG[I], WG[J]
-            z11, z12, z21, z22, rotate, big = hz_transform(
-                (Fi * Fi).sum(axis=1), (Fj * Fj).sum(axis=1), (Fi * Fj).sum(axis=1),
-                (Gi * Gi).sum(axis=1), (Gj * Gj).sum(axis=1), (Gi * Gj).sum(axis=1), tol)
+            z11, z12, z21, z22, rotate, big = hz_transform(                # a_ij = f_i^H f_j
+                _norm2(Fi), _norm2(Fj), (Fi.conj() * Fj).sum(axis=1),
+                _norm2(Gi), _norm2(Gj), (Gi.conj() * Gj).sum(axis=1), tol)
             z11, z12, z21, z22 = z11[:, None], z12[:, None], z21[:, None], z22[:, None]
             for W, Xi, Xj in ((WF, Fi, Fj), (WG, Gi, Gj), (WZ, WZ[I], WZ[J])):
                 W[I] = z11 * Xi + z21 * Xj
@@ -187,7 +249,7 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
 
     Parameters
     ----------
-    F : (MF, N) array_like, float32 or float64
+    F : (MF, N) array_like, float32, float64, complex64 or complex128
         MF >= N (pad with zero rows otherwise).
     G : (MG, N) array_like, the dtype of F
         Of full column rank (MG >= N).
@@ -207,7 +269,7 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
         Orthonormal columns (U's columns for alpha = 0 are an orthonormal completion).
     Z : (N, N)
         Nonsingular; its columns are the generalized eigenvectors of (F^T F, G^T G).
-    alpha, beta : (N,)
+    alpha, beta : (N,), real
         alpha^2 + beta^2 = 1, beta > 0, sorted by alpha / beta descending.
     X : (N, N)
         Only with ``return_x``.
@@ -215,7 +277,7 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
     Raises
     ------
     TypeError
-        F or G complex, not float32/float64, or of different dtypes.
+        F or G not float32/float64/complex64/complex128, or of different dtypes.
     ValueError
         Not 2-D, different column counts, fewer rows than columns, NaN/Inf, bad options.
     numpy.linalg.LinAlgError
@@ -224,7 +286,7 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
     References
     ----------
     .. [1] V. Novakovic, S. Singer, "Implicit Hari-Zimmermann algorithm for the generalized SVD on
-       the GPUs" (paper 003), sections 2.1.2, 2.3-2.5.
+       the GPUs" (paper 003), sections 2.1.1, 2.1.2, 2.3-2.5.
     """
     _check_options(tol, max_sweeps)
     if is_cupy_array(F) or is_cupy_array(G):
@@ -240,7 +302,8 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
     tol = float(np.finfo(dt).eps) * math.sqrt(max(n, 1)) if tol is None else float(tol)
     if n == 0:
         e = np.zeros((0, 0), dt)
-        out = (np.zeros((F.shape[0], 0), dt), np.zeros((G.shape[0], 0), dt), e, np.zeros(0, dt), np.zeros(0, dt))
+        rdt = np.finfo(dt).dtype
+        out = (np.zeros((F.shape[0], 0), dt), np.zeros((G.shape[0], 0), dt), e, np.zeros(0, rdt), np.zeros(0, rdt))
         out += (e,) if return_x else ()
         info = {"sweeps": 0, "converged": True, "transformations": 0, "big": 0, "tol": tol}
         return out + (info,) if return_info else out
@@ -252,7 +315,7 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
     WF /= gnorm[:, None]
     WG /= gnorm[:, None]
     WZ /= gnorm[:, None]
-    sweeps, converged, total, big = _hari_zimmermann(WF, WG, WZ, dt.type(tol), max_sweeps)
+    sweeps, converged, total, big = _hari_zimmermann(WF, WG, WZ, np.finfo(dt).dtype.type(tol), max_sweeps)
     Us, Vs, Zs, alpha, beta, Xs = _finish(WF, WG, WZ, return_x)
     U, V = _unshorten(Us, F.shape[0], qF), _unshorten(Vs, G.shape[0], qG)
     Z = np.empty_like(Zs)

@@ -58,12 +58,17 @@ def _check_options(tol, max_sweeps):
         raise ValueError(f"max_sweeps must be a positive integer, got {max_sweeps!r}")
 
 
-def _check_matrix(A, name, xp=None):
-    """A as a 2-D float32/float64 array (of the module ``xp``) with finite entries."""
+def _check_matrix(A, name, xp=None, complex_ok=False):
+    """A as a 2-D float32/float64 (or, ``complex_ok``, complex64/complex128) array (of the module ``xp``)
+    with finite entries."""
     A = as_array(A, name, xp)
     if A.dtype.kind == "c":
-        raise TypeError(f"{name} has complex dtype {A.dtype}: complex input is not supported yet")
-    check_dtype(A, name)
+        if not complex_ok:
+            raise TypeError(f"{name} has complex dtype {A.dtype}: the hyperbolic SVD is real only")
+        if A.dtype not in (np.complex64, np.complex128):
+            raise TypeError(f"{name} has dtype {A.dtype}; only complex64 and complex128 are supported")
+    else:
+        check_dtype(A, name)
     if A.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {A.shape}")
     if not bool((abs(A) <= np.finfo(A.dtype).max).all()):
@@ -85,7 +90,7 @@ def _check_full_rank(G, need):
     """G's columns, each scaled to unit norm, must be numerically independent; ``need`` says why
     (the hyperbolic rotations need |a_ij| < (a_ii + a_jj) / 2, the GSVD a positive definite G^T G)."""
     n = G.shape[1]
-    G64 = np.asarray(G.get() if hasattr(G, "get") else G, dtype=np.float64)
+    G64 = np.asarray(G.get() if hasattr(G, "get") else G, dtype=np.result_type(G.dtype, np.float64))
     norms = _row_norms(np.ascontiguousarray(G64.T))
     if (norms == 0).any():
         raise np.linalg.LinAlgError(f"G is not of full column rank: column {int(np.argmin(norms))} is zero")

@@ -130,9 +130,9 @@ def _hestenes(W, Vt, steps, tol, max_sweeps):
 
 def _row_norms(W):
     """Euclidean norms of the rows of W, scaled per row so that tiny rows do not underflow."""
-    mx = np.abs(W).max(axis=1) if W.shape[1] else np.zeros(W.shape[0], W.dtype)   # (n,)
-    safe = np.where(mx > 0, mx, 1).astype(W.dtype)
-    return mx * np.sqrt(((W / safe[:, None]) ** 2).sum(axis=1))
+    mx = np.abs(W).max(axis=1) if W.shape[1] else np.zeros(W.shape[0], np.abs(W).dtype)   # (n,)
+    safe = np.where(mx > 0, mx, 1).astype(mx.dtype)
+    return mx * np.sqrt((np.abs(W / safe[:, None]) ** 2).sum(axis=1))
 
 
 def _relative_off(W, s):
@@ -150,7 +150,7 @@ def _householder_qrcp(A):
     """Householder QR with column pivoting of A (m, n), m >= n, its rows sorted first.
 
     A[rows][:, cols] = Q R. Returns R (n, n) upper triangular, rows (m,), cols (n,) and the
-    reflectors (vs, taus): H_k = I - tau_k v_k v_k^T acting on rows k: (v_k has m - k entries).
+    reflectors (vs, taus): H_k = I - tau_k v_k v_k^H acting on rows k: (v_k has m - k entries).
     Sorting the rows by decreasing max-norm and pivoting the columns makes the factorization
     row-wise backward stable (Cox & Higham 1998), so that R inherits the grading of A.
     """
@@ -172,17 +172,18 @@ def _householder_qrcp(A):
             vs.append(None)                                              # (like LAPACK's xLARFG, tau = 0)
             taus.append(0.0)
             continue
-        x0 = float(x[0])
-        alpha = -math.copysign(nx, x0)
-        # xLARFG's form: v = x / (x0 - alpha) with v[0] = 1 and tau = (alpha - x0) / alpha in [1, 2]:
-        # nothing squares the (possibly tiny or huge) entries, so nothing under- or overflows
+        x0 = x[0]
+        alpha = -nx * (x0 / abs(x0) if x0 != 0 else 1)                # -sign(x0) ||x||, complex: the phase
+        # xLARFG's form: v = x / (x0 - alpha) with v[0] = 1 and tau = (alpha - x0) / alpha in [1, 2]
+        # (real also for complex x: H = I - tau v v^H is Hermitian): nothing squares the (possibly tiny
+        # or huge) entries, so nothing under- or overflows
         v = x / (x0 - alpha)
         v[0] = 1.0
-        tau = (alpha - x0) / alpha
+        tau = ((alpha - x0) / alpha).real
         T[k, k:] = 0
         T[k, k] = alpha
         if k + 1 < n:
-            T[k + 1:, k:] -= (tau * (T[k + 1:, k:] @ v))[:, None] * v[None, :]
+            T[k + 1:, k:] -= (tau * (T[k + 1:, k:] @ v.conj()))[:, None] * v[None, :]
         vs.append(v)
         taus.append(tau)
     R = np.triu(T[:, :n].T)                                              # (n, n)
@@ -193,7 +194,7 @@ def _scaled_norms(X):
     """The 2-norms of the rows of X (r, m) without under- or overflow: max|x| * ||x / max|x|||."""
     mx = np.abs(X).max(axis=1)
     safe = np.where(mx > 0, mx, 1)
-    return mx * np.sqrt(((X / safe[:, None]) ** 2).sum(axis=1))
+    return mx * np.sqrt((np.abs(X / safe[:, None]) ** 2).sum(axis=1))
 
 
 def _apply_q(reflectors, Y):
@@ -203,7 +204,7 @@ def _apply_q(reflectors, Y):
         v = vs[k]                                                        # (m - k,) or None for H_k = I
         if v is None:
             continue
-        Y[k:] -= (taus[k] * v)[:, None] * (v @ Y[k:])[None, :]
+        Y[k:] -= (taus[k] * v)[:, None] * (v.conj() @ Y[k:])[None, :]
     return Y
 
 
@@ -224,7 +225,7 @@ def _complete(Q, p):
         for j in range(r - 1, -1, -1):
             v = h[j, j:].copy()
             v[0] = 1
-            Y[j:] -= (tau[j] * v)[:, None] * (v @ Y[j:])[None, :]
+            Y[j:] -= (tau[j] * v)[:, None] * (v.conj() @ Y[j:])[None, :]
     return np.concatenate([Q, Y.astype(Q.dtype)], axis=1)
 
 

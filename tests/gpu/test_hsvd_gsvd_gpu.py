@@ -14,6 +14,21 @@ def _eps(dt):
     return float(np.finfo(dt).eps)
 
 
+def _hi(X):
+    return X.astype(np.result_type(X.dtype, np.float64))
+
+
+def _randn(rng, shape, dtype):
+    X = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        X = X + 1j * rng.standard_normal(shape)
+    return X.astype(dtype)
+
+
+def _adj(X):
+    return np.swapaxes(X, -1, -2).conj()
+
+
 def _signs(rng, n):
     return np.where(rng.random(n) < 0.5, 1, -1)
 
@@ -39,30 +54,37 @@ def test_block_hyperbolic_kernel_against_numpy_twin(rng, dtype, K):
     assert np.abs(off).max() <= 1e2 * K * _eps(dtype) * np.abs(T).max()
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.complex64])
 @pytest.mark.parametrize("K", [32, 64])
 def test_block_hz_kernel_against_numpy_twin(rng, dtype, K):
-    X, Y = rng.standard_normal((4, K, 3 * K)), rng.standard_normal((4, K, 2 * K))
-    A = (X @ X.transpose(0, 2, 1)).astype(dtype)
-    B = (Y @ Y.transpose(0, 2, 1)).astype(dtype)
+    X, Y = _randn(rng, (4, K, 3 * K), dtype), _randn(rng, (4, K, 2 * K), dtype)
+    A = (_hi(X) @ _adj(_hi(X))).astype(dtype)
+    B = (_hi(Y) @ _adj(_hi(Y))).astype(dtype)
     tol = np.sqrt(K) * _eps(dtype)
     V_gpu, big_gpu = block_hz(cp.asarray(A), cp.asarray(B), tol, 1)                # one sweep: the same steps
     V_np, big_np = block_hz(A, B, tol, 1)
-    assert np.array_equal(cp.asnumpy(big_gpu), big_np)                              # all big in the first sweep
-    np.testing.assert_allclose(cp.asnumpy(V_gpu), V_np, rtol=0, atol=1e4 * K * _eps(dtype) * np.abs(V_np).max())
+    big_gpu = cp.asnumpy(big_gpu)
+    if np.finfo(dtype).eps < 1e-10:
+        assert np.array_equal(big_gpu, big_np)                                      # all big in the first sweep
+        np.testing.assert_allclose(cp.asnumpy(V_gpu), V_np, rtol=0, atol=1e4 * K * _eps(dtype) * np.abs(V_np).max())
+    else:
+        # float32: of the 4 (K - 1) K / 2 decisions (rotate, swap, C1) one may sit within a rounding of its
+        # threshold (rsqrt against 1 / sqrt): 1 of 3 seeds at K = 64 parted there (big 2013 vs 2012, two
+        # columns swapped), so one sweep is compared by its counts and the converged result below
+        assert np.abs(big_gpu - big_np).max() <= 2 and big_np.min() >= K * (K - 1) // 2 - 2 * K
     # to convergence the paths may part by rounding (and the columns' signs with them): compare what is
     # unique, the generalized eigenvalues (the ratios of the final diagonals)
     V_gpu, _ = block_hz(cp.asarray(A), cp.asarray(B), tol, 30)
     V_np, _ = block_hz(A, B, tol, 30)
     ratios = []
-    for W in (cp.asnumpy(V_gpu).astype(np.float64), V_np.astype(np.float64)):
-        dA = np.einsum("bii->bi", W.transpose(0, 2, 1) @ A.astype(np.float64) @ W)
-        dB = np.einsum("bii->bi", W.transpose(0, 2, 1) @ B.astype(np.float64) @ W)
+    for W in (_hi(cp.asnumpy(V_gpu)), _hi(V_np)):
+        dA = np.einsum("bii->bi", _adj(W) @ _hi(A) @ W).real
+        dB = np.einsum("bii->bi", _adj(W) @ _hi(B) @ W).real
         ratios.append(dA / dB)
     np.testing.assert_allclose(ratios[0], ratios[1], rtol=1e3 * K * _eps(dtype))
-    V = cp.asnumpy(V_gpu).astype(np.float64)
-    TA, TB = (V.transpose(0, 2, 1) @ M.astype(np.float64) @ V for M in (A, B))
-    dA, dB = np.einsum("bii->bi", TA), np.einsum("bii->bi", TB)
+    V = _hi(cp.asnumpy(V_gpu))
+    TA, TB = (_adj(V) @ _hi(M) @ V for M in (A, B))
+    dA, dB = np.einsum("bii->bi", TA).real, np.einsum("bii->bi", TB).real
     np.testing.assert_allclose(dA + dB, 1, atol=1e3 * K * _eps(dtype))
     assert (np.diff(dA / dB, axis=1) <= 1e3 * K * _eps(dtype) * (dA / dB).max()).all()
 
@@ -95,17 +117,19 @@ def test_eigh_indefinite_gpu(rng):
     assert np.linalg.norm(M @ U - U * w) < 1e-11 * np.linalg.norm(M)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.complex64])
 @pytest.mark.parametrize("mf,mg,n", [(64, 64, 64), (110, 100, 100), (300, 200, 130)])
 def test_gsvd_gpu(rng, dtype, mf, mg, n):
-    F = rng.standard_normal((mf, n)).astype(dtype)
-    G = rng.standard_normal((mg, n)).astype(dtype)
-    U, V, Z, a, b, X = (cp.asnumpy(x).astype(np.float64) for x in lg.gsvd(cp.asarray(F), cp.asarray(G), True))
-    F64, G64 = F.astype(np.float64), G.astype(np.float64)
+    F = _randn(rng, (mf, n), dtype)
+    G = _randn(rng, (mg, n), dtype)
+    out = lg.gsvd(cp.asarray(F), cp.asarray(G), True)
+    assert out[0].dtype == dtype and out[3].dtype == np.finfo(dtype).dtype
+    U, V, Z, a, b, X = (_hi(cp.asnumpy(x)) for x in out)
+    F64, G64 = _hi(F), _hi(G)
     tol = 100 * n * _eps(dtype)
     assert np.linalg.norm(F64 @ Z - U * a) <= tol * np.linalg.norm(F64) * np.linalg.norm(Z)
     assert np.linalg.norm(G64 @ Z - V * b) <= tol * np.linalg.norm(G64) * np.linalg.norm(Z)
-    assert np.abs(U.T @ U - np.eye(n)).max() <= tol and np.abs(V.T @ V - np.eye(n)).max() <= tol
+    assert np.abs(_adj(U) @ U - np.eye(n)).max() <= tol and np.abs(_adj(V) @ V - np.eye(n)).max() <= tol
     np.testing.assert_allclose(a * a + b * b, 1, atol=tol)
     assert (np.diff(a / b) <= 0).all()
     cond = np.linalg.cond(Z)
@@ -114,8 +138,9 @@ def test_gsvd_gpu(rng, dtype, mf, mg, n):
     np.testing.assert_allclose(a / b, a_cpu / b_cpu, rtol=tol * cond)
 
 
-def test_gsvd_gpu_bitwise_repeatable(rng):
-    F, G = (cp.asarray(rng.standard_normal((130, 100))) for _ in range(2))
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_gsvd_gpu_bitwise_repeatable(rng, dtype):
+    F, G = (cp.asarray(_randn(rng, (130, 100), dtype)) for _ in range(2))
     first = lg.gsvd(F, G)
     second = lg.gsvd(F, G)
     for x, y in zip(first, second, strict=True):
