@@ -60,33 +60,49 @@ def check_symmetric_input(A, fname, check_finite, assume_symmetric):
 HOST_FLAGS_MAX = 1 << 16
 
 
+def host_anys(*flags) -> tuple:
+    """``tuple(bool(f.any()) for f in flags)``, read on the host in one transfer: cupy flags cost one
+    synchronization for all of them. Batches up to ``HOST_FLAGS_MAX`` systems copy the flags (one
+    byte per system) instead of running CuPy reductions: CuPy JIT-compiles its reduction kernels per
+    launch configuration, and in bench_cva's first run at a new batch size (3259 systems) ten such
+    compiles of 1.2 s each were 12 of its 13.5 s (measured on an H100 with an empty CuPy cache)."""
+    if not flags or not hasattr(flags[0], "get"):
+        return tuple(bool(np.asarray(f).any()) for f in flags)
+    import cupy as cp
+
+    if flags[0].size > HOST_FLAGS_MAX:
+        return tuple(bool(v) for v in cp.stack([f.any() for f in flags]).get())
+    allf = cp.concatenate([f.ravel() for f in flags]).get()
+    return tuple(bool(p.any()) for p in np.split(allf, np.cumsum([f.size for f in flags])[:-1]))
+
+
 def host_any(flags) -> bool:
-    """``flags.any()``, read on the host for batches up to ``HOST_FLAGS_MAX`` systems. For such a
-    cupy array this copies the flags (one byte per system) instead of running a CuPy reduction:
-    CuPy JIT-compiles its reduction kernels per launch configuration, and in bench_cva's first run
-    at a new batch size (3259 systems) ten such compiles of 1.2 s each were 12 of its 13.5 s
-    (measured on an H100 with an empty CuPy cache)."""
-    if hasattr(flags, "get") and flags.size > HOST_FLAGS_MAX:
-        return bool(flags.any())
-    return bool(to_host(flags).any())
+    """``flags.any()`` on the host (:func:`host_anys`)."""
+    return host_anys(flags)[0]
 
 
 def host_flatnonzero(xp, mask):
     """``xp.flatnonzero(mask)``, computed on the host for batches up to ``HOST_FLAGS_MAX`` (see
-    :func:`host_any`), returned in ``xp``."""
+    :func:`host_anys`), returned in ``xp``."""
     if hasattr(mask, "get") and mask.size > HOST_FLAGS_MAX:
         return xp.flatnonzero(mask)
     return xp.asarray(np.flatnonzero(to_host(mask)))
 
 
-def raise_for_screening(A, arrays, names, nonfinite, asym, check_finite, assume_symmetric):
+def raise_for_screening(A, arrays, names, nonfinite, asym, check_finite, assume_symmetric, extra=()):
     """Turn the per-system screening flags of a kernel or a first stage into the errors of the
-    argument checks (which name the first offending system); silent when all is well."""
+    argument checks (which name the first offending system); silent when all is well. Returns
+    ``host_anys(*extra)``, read in the same transfer as the screening flags."""
     batch = A.shape[:-2]
-    if check_finite and host_any(nonfinite):
+    checks = [nonfinite] if check_finite else []
+    if not assume_symmetric:
+        checks.append(~nonfinite & (asym > SYMMETRY_RTOL * np.finfo(A.dtype).eps))
+    got = host_anys(*checks, *extra)
+    if check_finite and got[0]:
         check_finite_batch(arrays, batch, names)
-    if not assume_symmetric and host_any(~nonfinite & (asym > SYMMETRY_RTOL * np.finfo(A.dtype).eps)):
+    if not assume_symmetric and got[len(checks) - 1]:
         check_symmetric(A)
+    return got[len(checks):]
 
 
 def check_tridiagonal(d, e, fname):

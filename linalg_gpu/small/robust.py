@@ -356,17 +356,20 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     # run on the systems that failed (gathered, i.e. compacted on the device) and are scattered back.
     x, cond, n_disc, ok, residual, nonfinite, asym = _stage(xp, stages[0], cond_max)(
         Af, bf, n, assume_symmetric, True)
-    C.raise_for_screening(A, [A, b], ["A", "b"], nonfinite, asym, check_finite, assume_symmetric)
-    ok &= ~nonfinite
-    code = xp.full(B, STAGES.index(stages[0]), dtype=np.int8)
     breakdown = (~ok & ~nonfinite) if stages[0] == "ldlt" else xp.zeros(B, dtype=bool)
-    if C.host_any(~ok):
-        x[~ok] = np.nan
+    ok &= ~nonfinite
     # with a per-system memory, systems that needed a later stage last time go straight to it
     redo = ~(ok & (residual <= rtol))
     if start_codes is not None:
         redo |= xp.asarray(start_codes).ravel() > 0
-    todo = C.host_flatnonzero(xp, ~nonfinite & redo) if len(stages) > 1 else xp.arange(0)
+    redo &= ~nonfinite
+    # one transfer (one synchronization on the GPU) for the screening and these three flags
+    any_nonfinite, any_failed, any_redo = C.raise_for_screening(
+        A, [A, b], ["A", "b"], nonfinite, asym, check_finite, assume_symmetric, extra=(nonfinite, ~ok, redo))
+    code = xp.full(B, STAGES.index(stages[0]), dtype=np.int8)
+    if any_failed:
+        x[~ok] = np.nan
+    todo = C.host_flatnonzero(xp, redo) if len(stages) > 1 and any_redo else xp.arange(0)
     for i, stage in enumerate(stages[1:], start=1):
         if todo.size == 0:
             break
@@ -385,9 +388,10 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
         code[sel] = STAGES.index(stage)
         residual[sel], cond[sel], n_disc[sel], ok[sel] = rs[accept], cs[accept], nds[accept], oks[accept]
         todo = xp.concatenate([todo[~accept], waiting])
-    code[nonfinite] = 3
-    residual[nonfinite] = np.nan
-    cond[nonfinite] = np.nan
+    if any_nonfinite:
+        code[nonfinite] = 3
+        residual[nonfinite] = np.nan
+        cond[nonfinite] = np.nan
 
     report = SolverReport(method_code=code.reshape(batch), residual=residual.reshape(batch),
                           n_discarded=n_disc.reshape(batch), cond_estimate=cond.reshape(batch),
