@@ -26,6 +26,19 @@ def eps(dtype) -> float:
     return float(np.finfo(dtype).eps)
 
 
+def hi(X):
+    """X in float64 (complex128 for complex X)."""
+    return X.astype(np.result_type(X.dtype, np.float64))
+
+
+def randn(rng, shape, dtype):
+    """Standard normal entries in ``dtype`` (real and imaginary parts for a complex dtype)."""
+    X = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        X = X + 1j * rng.standard_normal(shape)
+    return X.astype(dtype)
+
+
 def mT(X):
     """Transpose of the last two axes."""
     return np.swapaxes(X, -1, -2)

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 from small_testlib import eps, random_orthogonal
+from small_testlib import hi as _hi
+from small_testlib import randn as _randn
 
 from linalg_gpu.jacobi import blocked
 from linalg_gpu.jacobi.congruence import block_hz
@@ -32,19 +34,6 @@ def _well_conditioned(rng, m, n, dtype=np.float64):
     """Q1 diag(s) Q2^T with orthonormal Q1 (m, n), Q2 (n, n) and s in [1, 2]: cond <= 2."""
     Q1 = np.linalg.qr(rng.standard_normal((m, n)))[0]
     return ((Q1 * np.linspace(1, 2, n)) @ random_orthogonal(rng, n).T).astype(dtype)
-
-
-def _hi(X):
-    """X in float64 (complex128)."""
-    return X.astype(np.result_type(X.dtype, np.float64))
-
-
-def _randn(rng, shape, dtype):
-    """Standard normal entries (real and imaginary parts for a complex dtype)."""
-    X = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        X = X + 1j * rng.standard_normal(shape)
-    return X.astype(dtype)
 
 
 def _orth_err(X):
@@ -337,32 +326,6 @@ def test_blocked_gsvd_zero_column_of_f(rng):
     assert info["converged"] and alpha.shape == (n,)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_block_hz_twin(rng, dtype):
-    """Three 32 x 32 pairs of Gram matrices: V^T A V, V^T B V diagonal (relatively), their diagonals
-    summing to 1 (Theta), the ratios descending and equal to the pencil's eigenvalues (scipy)."""
-    K = 32
-    X = rng.standard_normal((3, 2 * K, K))
-    Y = rng.standard_normal((3, 2 * K, K))
-    A = (X.transpose(0, 2, 1) @ X).astype(dtype)
-    B = (Y.transpose(0, 2, 1) @ Y).astype(dtype)
-    V, big = block_hz(A, B, np.sqrt(K) * eps(dtype), 30)
-    assert V.shape == (3, K, K) and V.dtype == dtype and (big > 0).all()
-    V64, A64, B64 = V.astype(np.float64), A.astype(np.float64), B.astype(np.float64)
-    DA = V64.transpose(0, 2, 1) @ A64 @ V64
-    DB = V64.transpose(0, 2, 1) @ B64 @ V64
-    da, db = np.diagonal(DA, axis1=1, axis2=2), np.diagonal(DB, axis1=1, axis2=2)
-    bound = C * K * eps(dtype)
-    for D, d in ((DA, da), (DB, db)):
-        assert (d > 0).all()
-        assert np.abs(D / np.sqrt(d[:, :, None] * d[:, None, :]) - np.eye(K)).max() <= bound
-    assert np.abs(da + db - 1).max() <= bound
-    ratio = da / db
-    assert (np.diff(ratio, axis=1) <= 0).all()
-    ref = scipy.linalg.eigh(A64[0], B64[0], eigvals_only=True)[::-1]
-    assert np.abs(ratio[0] - ref).max() <= bound * ref[0]
-
-
 # ---------------------------------------------------------------------------------------------
 # the complex case (section 2.1.1)
 
@@ -455,8 +418,9 @@ def test_hz_transform_complex_exception(rng, dtype):
     B = np.stack([np.stack([one + 0j, xs], -1), np.stack([xs.conj(), one + 0j], -1)], -2)
     A = _hi(a.astype(rdt))[:, None, None] * B
     Zh = Zm.conj().transpose(0, 2, 1)
-    assert np.abs(Zh @ B @ Zm - np.eye(2)).max() <= C * eps(dtype)
-    assert np.abs((Zh @ A @ Zm) / _hi(a.astype(rdt))[:, None, None] - np.eye(2)).max() <= C * eps(dtype)
+    t2 = (1 - np.abs(xs) ** 2)[:, None, None]                       # the errors grow as 1 / t^2
+    assert (np.abs(Zh @ B @ Zm - np.eye(2)) * t2).max() <= C * eps(dtype)
+    assert (np.abs((Zh @ A @ Zm) / _hi(a.astype(rdt))[:, None, None] - np.eye(2)) * t2).max() <= C * eps(dtype)
 
 
 @pytest.mark.parametrize("dtype", CDTYPES)
@@ -487,13 +451,13 @@ def test_blocked_gsvd_complex(rng, dtype, shape):
     assert np.abs((alpha / beta) / (a0 / b0) - 1).max() <= C * n * eps(dtype) * np.linalg.cond(_hi(G))
 
 
-@pytest.mark.parametrize("dtype", CDTYPES)
-def test_block_hz_twin_complex(rng, dtype):
-    """Hermitian 32 x 32 Gram pairs: V^H A V, V^H B V diagonal, diagonals summing to 1, the ratios the
-    pencil's eigenvalues (scipy), descending."""
+@pytest.mark.parametrize("dtype", DTYPES + CDTYPES)
+def test_block_hz_twin(rng, dtype):
+    """Three 32 x 32 pairs of (Hermitian) Gram matrices: V^H A V, V^H B V diagonal (relatively), their
+    diagonals summing to 1 (Theta), the ratios descending and equal to the pencil's eigenvalues (scipy)."""
     K = 32
-    X = _randn(rng, (3, 2 * K, K), np.complex128)
-    Y = _randn(rng, (3, 2 * K, K), np.complex128)
+    X = _randn(rng, (3, 2 * K, K), np.result_type(dtype, np.float64))
+    Y = _randn(rng, (3, 2 * K, K), np.result_type(dtype, np.float64))
     A = (X.conj().transpose(0, 2, 1) @ X).astype(dtype)
     B = (Y.conj().transpose(0, 2, 1) @ Y).astype(dtype)
     V, big = block_hz(A, B, np.sqrt(K) * eps(dtype), 30)

@@ -6,23 +6,15 @@ import pytest
 
 cp = pytest.importorskip("cupy")
 
+from small_testlib import hi as _hi  # noqa: E402
+from small_testlib import randn as _randn  # noqa: E402
+
 import linalg_gpu as lg  # noqa: E402
 from linalg_gpu.jacobi.congruence import block_hyperbolic, block_hz  # noqa: E402
 
 
 def _eps(dt):
     return float(np.finfo(dt).eps)
-
-
-def _hi(X):
-    return X.astype(np.result_type(X.dtype, np.float64))
-
-
-def _randn(rng, shape, dtype):
-    X = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        X = X + 1j * rng.standard_normal(shape)
-    return X.astype(dtype)
 
 
 def _adj(X):
