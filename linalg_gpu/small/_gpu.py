@@ -119,7 +119,7 @@ def ldlt_stage(A, b, screen=False):
             fn((B,), (32,), (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)), shared_mem=per)
     else:
         fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n)
-        per = (n * (n | 1) + 4 * n) * it
+        per = ((n * (n | 1) + 3) // 4 * 4 + 4 * n) * it                       # ldlt_solve's PER
         _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B),
                                             np.int32(r), np.int32(spb)))
     out = (x, cond, cp.zeros(B, dtype=np.int32), ok.astype(bool), resid)
