@@ -216,8 +216,8 @@ __global__ void __launch_bounds__(128, ldlt_min_blocks<T, N>()) ldlt_solve_warp(
 // shared memory and read back as 16-byte broadcasts, each load serving both rows of a lane, and
 // every synchronization is a __syncwarp. Row i < 32 needs only its first 32 entries in registers.
 // Measured on the H100 (2^18 systems at n = 64, 10^5 below; the launcher picks the faster):
-// float32 n = 64 10.3 ms against 16.5 ms for ldlt_solve below (n = 48: 2.46 and 2.44 ms, n = 33:
-// 1.79 and 1.14 ms); float64 no faster (n = 64: 38.2 and 38.2 ms, the 96 doubles of a lane's rows
+// float32 n = 64 10.3 ms against 16.5 ms for ldlt_solve below (n = 48: 2.46 and 2.28 ms, n = 33:
+// 1.79 and 0.96 ms); float64 no faster (n = 64: 38.2 and 38.2 ms, the 96 doubles of a lane's rows
 // spill at 255 registers). Asking for more blocks per SM (fewer registers) was slower.
 // ---------------------------------------------------------------------------------------------
 template <typename T, int N>
