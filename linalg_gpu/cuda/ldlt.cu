@@ -47,6 +47,19 @@ __device__ __forceinline__ void load16(const double* p, double* c)
     c[0] = v.x; c[1] = v.y;
 }
 
+// A row of N entries from global memory into registers, by 16-byte loads when rows allow them.
+template <typename T, int N>
+__device__ __forceinline__ void load_row(const T* __restrict__ src, T* dst)
+{
+    if constexpr ((N * sizeof(T)) % 16 == 0) {
+#pragma unroll
+        for (int k = 0; k < N; k += 16 / sizeof(T)) load16(src + k, dst + k);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) dst[k] = src[k];
+    }
+}
+
 template <typename T, int W>
 __device__ __forceinline__ T seg_max(T v)
 {
@@ -93,23 +106,7 @@ __global__ void __launch_bounds__(128, ldlt_min_blocks<T, N>()) ldlt_solve_warp(
 
     T a[N];
     if (row) {
-        const T* Ai = A + ((size_t)sys * N + i) * N;
-        if constexpr ((N * sizeof(T)) % 16 == 0) {
-            constexpr int V = 16 / sizeof(T);
-#pragma unroll
-            for (int k = 0; k < N; k += V) {
-                if constexpr (sizeof(T) == 4) {
-                    float4 v = *reinterpret_cast<const float4*>(Ai + k);
-                    a[k] = v.x; a[k + 1] = v.y; a[k + 2] = v.z; a[k + 3] = v.w;
-                } else {
-                    double2 v = *reinterpret_cast<const double2*>(Ai + k);
-                    a[k] = v.x; a[k + 1] = v.y;
-                }
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < N; ++k) a[k] = Ai[k];
-        }
+        load_row<T, N>(A + ((size_t)sys * N + i) * N, a);
 #pragma unroll
         for (int k = 0; k < N; ++k) sA[i * S + k] = a[k];
     } else {
@@ -248,51 +245,19 @@ __global__ void __launch_bounds__(32) ldlt_solve_warp2(
     if (sys >= batch) return;                         // (the grid is the batch)
 
     T a0[32], a1[N];                                  // rows i (first 32 entries) and i + 32
-    {
-        const T* R0 = A + ((size_t)sys * N + i) * N;
-        const T* R1 = A + ((size_t)sys * N + i1) * N;
-        if constexpr ((N * sizeof(T)) % 16 == 0) {
+    load_row<T, N>(A + ((size_t)sys * N + i) * N, a1);   // row i, through a1
 #pragma unroll
-            for (int k = 0; k < N; k += V) {
-                T c[V];
-                if constexpr (sizeof(T) == 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(R0 + k);
-                    c[0] = v.x; c[1] = v.y; c[2] = v.z; c[3] = v.w;
-                } else {
-                    const double2 v = *reinterpret_cast<const double2*>(R0 + k);
-                    c[0] = v.x; c[1] = v.y;
-                }
+    for (int k = 0; k < N; ++k) {
+        sA[i * S + k] = a1[k];
+        if (k < 32) a0[k < 32 ? k : 0] = a1[k];
+    }
+    if (has1) {
+        load_row<T, N>(A + ((size_t)sys * N + i1) * N, a1);
 #pragma unroll
-                for (int t = 0; t < V; ++t) {
-                    sA[i * S + k + t] = c[t];
-                    if (k + t < 32) a0[k + t < 32 ? k + t : 0] = c[t];
-                }
-                if (has1) {
-                    if constexpr (sizeof(T) == 4) {
-                        const float4 v = *reinterpret_cast<const float4*>(R1 + k);
-                        a1[k] = v.x; a1[k + 1] = v.y; a1[k + 2] = v.z; a1[k + 3] = v.w;
-                    } else {
-                        const double2 v = *reinterpret_cast<const double2*>(R1 + k);
-                        a1[k] = v.x; a1[k + 1] = v.y;
-                    }
-                }
-            }
-        } else {
+        for (int k = 0; k < N; ++k) sA[i1 * S + k] = a1[k];
+    } else {
 #pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const T v = R0[k];
-                sA[i * S + k] = v;
-                if (k < 32) a0[k < 32 ? k : 0] = v;
-                a1[k] = has1 ? R1[k] : T(0);
-            }
-        }
-        if (has1) {
-#pragma unroll
-            for (int k = 0; k < N; ++k) sA[i1 * S + k] = a1[k];
-        } else {
-#pragma unroll
-            for (int k = 0; k < N; ++k) a1[k] = T(0);
-        }
+        for (int k = 0; k < N; ++k) a1[k] = T(0);
     }
     __syncwarp();
     // screening: NaN/Inf, max|A|, max|A_ik - A_ki|, scale = max|A_ii|
