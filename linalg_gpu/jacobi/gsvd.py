@@ -44,7 +44,7 @@ import numpy as np
 from .._backend import get_array_module, is_cupy_array
 from .hsvd import _check_full_rank, _check_matrix, _check_options
 from .orderings import modified_modulus
-from .svd import _apply_q, _complete, _householder_qrcp, _row_norms
+from .svd import _apply_q, _complete, _householder_qrcp, _row_norms, _transform_pairs
 
 __all__ = ["gsvd", "hz_transform"]
 
@@ -194,8 +194,7 @@ def _hari_zimmermann(WF, WG, WZ, tol, max_sweeps):
                 _norm2(Gi), _norm2(Gj), (Gi.conj() * Gj).sum(axis=1), tol)
             z11, z12, z21, z22 = z11[:, None], z12[:, None], z21[:, None], z22[:, None]
             for W, Xi, Xj in ((WF, Fi, Fj), (WG, Gi, Gj), (WZ, WZ[I], WZ[J])):
-                W[I] = z11 * Xi + z21 * Xj
-                W[J] = z12 * Xi + z22 * Xj
+                _transform_pairs(W, I, J, Xi, Xj, z11, z12, z21, z22)
             moved += int(rotate.sum())
             big_count += int(big.sum())
         total += moved

@@ -41,7 +41,7 @@ import numpy as np
 
 from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
 from .orderings import modified_modulus
-from .svd import _apply_q, _complete, _householder_qrcp, _relative_off, _row_norms
+from .svd import _apply_q, _complete, _householder_qrcp, _relative_off, _row_norms, _transform_pairs
 
 __all__ = ["hyperbolic_svd", "eigh_indefinite"]
 
@@ -177,12 +177,9 @@ def _hyperbolic_jacobi(W, Wt, sign, tol, max_sweeps):
             ratio = np.sqrt(np.maximum(alpha, beta) / np.minimum(alpha, beta))
             tau_max = max(tau_max, float((np.abs(t) * ratio).max()))
             a, b, e, f = a[:, None], b[:, None], e[:, None], f[:, None]
-            W[I] = a * Wi + e * Wj
-            W[J] = b * Wi + f * Wj
+            _transform_pairs(W, I, J, Wi, Wj, a, b, e, f)
             if Wt is not None:
-                Vi, Vj = Wt[I], Wt[J]
-                Wt[I] = a * Vi + e * Vj
-                Wt[J] = b * Vi + f * Vj
+                _transform_pairs(Wt, I, J, Wt[I], Wt[J], a, b, e, f)
             d[I] = (W[I] * W[I]).sum(axis=1)                             # recomputed (Algorithm 4.5)
             d[J] = (W[J] * W[J]).sum(axis=1)
             perm = _sorted_positions(d, sign)                            # the diagonal kept sorted

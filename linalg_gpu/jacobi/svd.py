@@ -78,6 +78,13 @@ def _check_matrix(A):
 # the Jacobi core (trusts its input)
 
 
+def _transform_pairs(W, I, J, Wi, Wj, m11, m12, m21, m22):
+    """Rows I, J of W (their values Wi, Wj) <- [w_i w_j] M for each pair's 2 x 2 M (entries (r, 1)):
+    w_i <- m11 w_i + m21 w_j, w_j <- m12 w_i + m22 w_j."""
+    W[I] = m11 * Wi + m21 * Wj
+    W[J] = m12 * Wi + m22 * Wj
+
+
 def _hestenes(W, Vt, steps, tol, max_sweeps):
     """One-sided Jacobi on the rows of W (n, m), i.e. the columns of G = W^T, in place.
 
@@ -113,12 +120,9 @@ def _hestenes(W, Vt, steps, tol, max_sweeps):
             ratio = np.sqrt(np.maximum(alpha, beta) / np.minimum(alpha, beta))
             tau_max = max(tau_max, float((np.abs(t) * ratio).max()))
             c, s = c[:, None], s[:, None]                                # (r, 1)
-            W[I] = c * Wi - s * Wj
-            W[J] = s * Wi + c * Wj
+            _transform_pairs(W, I, J, Wi, Wj, c, s, -s, c)
             if Vt is not None:
-                Vi, Vj = Vt[I], Vt[J]                                    # (r, n)
-                Vt[I] = c * Vi - s * Vj
-                Vt[J] = s * Vi + c * Vj
+                _transform_pairs(Vt, I, J, Vt[I], Vt[J], c, s, -s, c)
             rotated += len(I)
         rotations += rotated
         if rotated == 0:
