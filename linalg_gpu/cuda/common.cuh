@@ -53,14 +53,12 @@ struct cplx {
     __device__ __forceinline__ cplx(R r, R i) : re(r), im(i) {}
 };
 template <typename R> __device__ __forceinline__ cplx<R> operator+(cplx<R> a, cplx<R> b) { return {a.re + b.re, a.im + b.im}; }
-template <typename R> __device__ __forceinline__ cplx<R> operator-(cplx<R> a, cplx<R> b) { return {a.re - b.re, a.im - b.im}; }
 template <typename R> __device__ __forceinline__ cplx<R> operator-(cplx<R> a) { return {-a.re, -a.im}; }
 template <typename R> __device__ __forceinline__ cplx<R> operator*(cplx<R> a, cplx<R> b)
 {
     return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
 }
 template <typename R> __device__ __forceinline__ cplx<R> operator*(cplx<R> a, R s) { return {a.re * s, a.im * s}; }
-template <typename R> __device__ __forceinline__ cplx<R> operator*(R s, cplx<R> a) { return {s * a.re, s * a.im}; }
 template <typename R> __device__ __forceinline__ cplx<R> operator/(cplx<R> a, R s) { return {a.re / s, a.im / s}; }
 template <typename R> __device__ __forceinline__ cplx<R>& operator*=(cplx<R>& a, R s) { a.re *= s; a.im *= s; return a; }
 

@@ -23,6 +23,22 @@ template <typename T> __device__ __forceinline__ T theta_big();
 template <> __device__ __forceinline__ float theta_big<float>() { return 1e18f; }
 template <> __device__ __forceinline__ double theta_big<double>() { return 1e150; }
 
+// acc[i][l] += sum_j x(j, R + Q i) y(j, C + Q l) over a 4 x 4 tile, from registers: half a shared
+// load per multiply-add. x(j, c) = x[j XJ + c XC]; y(j, c) = y[j S + c].
+template <typename T, int K, int Q, int S, int XJ, int XC>
+__device__ __forceinline__ void tile_product(const T* x, const T* y, int R, int C, T (&acc)[4][4])
+{
+    for (int j = 0; j < K; ++j) {
+        T xv[4], yv[4];
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) { xv[i] = x[j * XJ + (R + Q * i) * XC]; yv[i] = y[j * S + C + Q * i]; }
+        #pragma unroll
+        for (int i = 0; i < 4; ++i)
+            #pragma unroll
+            for (int l = 0; l < 4; ++l) acc[i][l] = fma(xv[i], yv[l], acc[i][l]);
+    }
+}
+
 // K x K matrices, NT threads per matrix.
 template <typename T, int K, int NT>
 __global__ void __launch_bounds__(NT)
@@ -125,15 +141,7 @@ block_eigh(const T* __restrict__ G, long long stride, int ld, T* __restrict__ V,
     const int R = tid / Q, C = tid % Q;
     if (tid < Q * Q) {
         T acc[4][4] = {};
-        for (int j = 0; j < K; ++j) {
-            T x[4], y[4];
-            #pragma unroll
-            for (int i = 0; i < 4; ++i) { x[i] = v[j * S + R + Q * i]; y[i] = v[j * S + C + Q * i]; }
-            #pragma unroll
-            for (int i = 0; i < 4; ++i)
-                #pragma unroll
-                for (int l = 0; l < 4; ++l) acc[i][l] = fma(x[i], y[l], acc[i][l]);
-        }
+        tile_product<T, K, Q, S, S, 1>(v, v, R, C, acc);                       // V^T V
         #pragma unroll
         for (int i = 0; i < 4; ++i)
             #pragma unroll
@@ -142,15 +150,7 @@ block_eigh(const T* __restrict__ G, long long stride, int ld, T* __restrict__ V,
     __syncthreads();
     if (tid < Q * Q) {
         T acc[4][4] = {};
-        for (int j = 0; j < K; ++j) {
-            T x[4], y[4];
-            #pragma unroll
-            for (int i = 0; i < 4; ++i) { x[i] = v[(R + Q * i) * S + j]; y[i] = a[j * S + C + Q * i]; }
-            #pragma unroll
-            for (int i = 0; i < 4; ++i)
-                #pragma unroll
-                for (int l = 0; l < 4; ++l) acc[i][l] = fma(x[i], y[l], acc[i][l]);
-        }
+        tile_product<T, K, Q, S, 1, S>(v, a, R, C, acc);                       // V P
         #pragma unroll
         for (int i = 0; i < 4; ++i)
             #pragma unroll

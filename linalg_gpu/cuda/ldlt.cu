@@ -47,9 +47,10 @@ __device__ __forceinline__ void load16(const double* p, double* c)
     c[0] = v.x; c[1] = v.y;
 }
 
-// A row of N entries from global memory into registers, by 16-byte loads when rows allow them.
+// A row of N entries from global memory into registers (by 16-byte loads when rows allow them)
+// and into its row of the shared copy.
 template <typename T, int N>
-__device__ __forceinline__ void load_row(const T* __restrict__ src, T* dst)
+__device__ __forceinline__ void load_row(const T* __restrict__ src, T* dst, T* shared_row)
 {
     if constexpr ((N * sizeof(T)) % 16 == 0) {
 #pragma unroll
@@ -58,6 +59,8 @@ __device__ __forceinline__ void load_row(const T* __restrict__ src, T* dst)
 #pragma unroll
         for (int k = 0; k < N; ++k) dst[k] = src[k];
     }
+#pragma unroll
+    for (int k = 0; k < N; ++k) shared_row[k] = dst[k];
 }
 
 template <typename T, int W>
@@ -106,9 +109,7 @@ __global__ void __launch_bounds__(128, ldlt_min_blocks<T, N>()) ldlt_solve_warp(
 
     T a[N];
     if (row) {
-        load_row<T, N>(A + ((size_t)sys * N + i) * N, a);
-#pragma unroll
-        for (int k = 0; k < N; ++k) sA[i * S + k] = a[k];
+        load_row<T, N>(A + ((size_t)sys * N + i) * N, a, sA + i * S);
     } else {
 #pragma unroll
         for (int k = 0; k < N; ++k) a[k] = T(0);
@@ -245,16 +246,11 @@ __global__ void __launch_bounds__(32) ldlt_solve_warp2(
     if (sys >= batch) return;                         // (the grid is the batch)
 
     T a0[32], a1[N];                                  // rows i (first 32 entries) and i + 32
-    load_row<T, N>(A + ((size_t)sys * N + i) * N, a1);   // row i, through a1
+    load_row<T, N>(A + ((size_t)sys * N + i) * N, a1, sA + i * S);      // row i, through a1
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-        sA[i * S + k] = a1[k];
-        if (k < 32) a0[k < 32 ? k : 0] = a1[k];
-    }
+    for (int k = 0; k < 32; ++k) a0[k] = a1[k];
     if (has1) {
-        load_row<T, N>(A + ((size_t)sys * N + i1) * N, a1);
-#pragma unroll
-        for (int k = 0; k < N; ++k) sA[i1 * S + k] = a1[k];
+        load_row<T, N>(A + ((size_t)sys * N + i1) * N, a1, sA + i1 * S);
     } else {
 #pragma unroll
         for (int k = 0; k < N; ++k) a1[k] = T(0);
