@@ -18,7 +18,7 @@ import numpy as np
 from .._backend import as_array, check_dtype, common_dtype, get_array_module, to_host
 
 __all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch", "check_symmetric_input",
-           "check_tridiagonal", "raise_for_screening", "flatten_batch", "map_chunks", "chunk_size",
+           "check_tridiagonal", "raise_for_screening", "raise_for_flags", "flatten_batch", "map_chunks", "chunk_size",
            "default_rtol", "first_index", "require_numpy", "common_dtype", "SYMMETRY_RTOL"]
 
 _MAX_WORKERS = max(1, min(8, os.cpu_count() or 1))
@@ -89,20 +89,23 @@ def host_flatnonzero(xp, mask):
     return xp.asarray(np.flatnonzero(to_host(mask)))
 
 
-def raise_for_screening(A, arrays, names, nonfinite, asym, check_finite, assume_symmetric, extra=()):
-    """Turn the per-system screening flags of a kernel or a first stage into the errors of the
-    argument checks (which name the first offending system); silent when all is well. Returns
-    ``host_anys(*extra)``, read in the same transfer as the screening flags."""
-    batch = A.shape[:-2]
+def raise_for_screening(A, arrays, names, nonfinite, asym, check_finite, assume_symmetric):
+    """The per-system screening flags of a kernel (NaN/Inf, max|A - A^T| / max|A|) read in one
+    transfer and turned into the errors of the argument checks (:func:`raise_for_flags`)."""
     checks = [nonfinite] if check_finite else []
     if not assume_symmetric:
         checks.append(~nonfinite & (asym > SYMMETRY_RTOL * np.finfo(A.dtype).eps))
-    got = host_anys(*checks, *extra)
-    if check_finite and got[0]:
-        check_finite_batch(arrays, batch, names)
-    if not assume_symmetric and got[len(checks) - 1]:
+    got = host_anys(*checks)
+    raise_for_flags(A, arrays, names, check_finite and got[0], not assume_symmetric and got[-1])
+
+
+def raise_for_flags(A, arrays, names, nonfinite_found, asymmetric_found):
+    """Turn "some system has a NaN/Inf" and "some system is not symmetric" into the errors of the
+    argument checks, which name the first offending system."""
+    if nonfinite_found:
+        check_finite_batch(arrays, A.shape[:-2], names)
+    if asymmetric_found:
         check_symmetric(A)
-    return got[len(checks):]
 
 
 def check_tridiagonal(d, e, fname):

@@ -91,39 +91,46 @@ def _outputs(b):
     return cp.empty_like(b), cp.empty(B, dtype=b.dtype), cp.empty(B, dtype=b.dtype)
 
 
-def ldlt_stage(A, b, screen=False):
-    """LDL^T factor + solve + residual (+ input screening) in one pass over A: cuda/ldlt.cu.
+def _ldlt_lanes(n, itemsize):
+    """Lanes per system W of cuda/ldlt.cu (a power of two dividing 32, R = ceil(n / W) rows per lane).
 
-    n <= 32: ``ldlt_solve_warp`` (warp-synchronous, 32/n systems per warp when n divides 32);
-    n > 32: ``ldlt_solve_warp2`` (one warp per system, two rows per lane) for float32 with n > 48,
-    else ``ldlt_solve`` (n threads per system, block-wide barriers): the faster of the two, measured.
+    The rule, from a sweep of W on the H100 (2^20 systems, n = 8 ... 64, both dtypes): at most 4 rows
+    per lane, and W doubled while a lane's rows (n (R + 1) / 2 entries) would take more than 96
+    registers; at least 4 lanes for float32 and 2 for float64. The best W measured for n = 8, 16, 32,
+    48, 64 is what the rule gives, except float32 n = 8 (W = 4 by the floor, 0.17 against 0.19 ms).
     """
+    w = 4 if itemsize == 4 else 2
+    while w < 32 and (w * 4 < n or n * (-(-n // w) + 1) // 2 * itemsize // 4 > 96):
+        w *= 2
+    return w
+
+
+def _ldlt_layout(n, w, itemsize):
+    """Shared elements per system of cuda/ldlt.cu: RowsLayout::PA + RowsLayout::PC."""
+    s, v, nb, col = n | 1, 16 // itemsize, 128 // itemsize, (n + 3) // 4 * 4
+    return n * s + (w * s - n * s) % nb + 3 * col + (v - 3 * col % (2 * v)) % (2 * v)
+
+
+def ldlt_stage(A, b, screen=False):
+    """LDL^T factor + solve + residual (+ input screening) in one pass over A: cuda/ldlt.cu, with
+    ``_ldlt_lanes`` lanes per system, one warp per block for n <= 32 and four above."""
     import cupy as cp
 
     B, n, r = b.shape
     x, cond, resid = _outputs(b)
     asym = cp.empty(B, dtype=A.dtype)
-    ok, nonfinite = cp.empty(B, dtype=np.int32), cp.empty(B, dtype=np.int32)
-    it = A.dtype.itemsize
-    if n <= 32:                  # the kernel derives its systems per block from blockDim
-        col = (n + 3) // 4 * 4
-        per = ((n * (n | 1) + 3) // 4 * 4 + 3 * col + 8) * it                 # WarpLayout::PER
-        fn = get_function("ldlt.cu", "ldlt_solve_warp", A.dtype, n)
-        _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)))
-    elif A.dtype == np.float32 and n > 48:         # one warp, one system per block (faster here: ldlt.cu)
-        col = (n + 3) // 4 * 4
-        per = ((n * (n | 1) + 3) // 4 * 4 + 3 * col) * it                     # Warp2Layout::PER
-        fn = get_function("ldlt.cu", "ldlt_solve_warp2", A.dtype, n)
-        _prefer_shared(fn, per)
-        if B:
-            fn((B,), (32,), (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)), shared_mem=per)
-    else:
-        fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n)
-        per = ((n * (n | 1) + 3) // 4 * 4 + 4 * n) * it                       # ldlt_solve's PER
-        _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B),
-                                            np.int32(r), np.int32(spb)))
-    out = (x, cond, cp.zeros(B, dtype=np.int32), ok.astype(bool), resid)
-    return out + ((nonfinite.astype(bool), asym) if screen else ())
+    ok, nonfinite = cp.empty(B, dtype=bool), cp.empty(B, dtype=bool)
+    w = _ldlt_lanes(n, A.dtype.itemsize)
+    threads = 32 if n <= 32 else 128                       # measured: float64 n = 16 1.55 against
+    spb = threads // w                                     # 1.78 ms (128), n = 64 24.1 against 29.0 ms (32)
+    shmem = spb * _ldlt_layout(n, w, A.dtype.itemsize) * A.dtype.itemsize + 16
+    fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n, w)
+    _prefer_shared(fn, shmem)
+    if B:
+        fn(((B + spb - 1) // spb,), (threads,), (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)),
+           shared_mem=shmem)
+    out = (x, cond, cp.zeros(B, dtype=np.int32), ok, resid)
+    return out + ((nonfinite, asym) if screen else ())
 
 
 def _flags(B, dtype):
@@ -183,6 +190,26 @@ def eigh_small(A):
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
             lambda spb: (A, w, V, nonfinite, asym, tree, hit, np.int64(B), np.int32(spb)))
     return w, V, nonfinite.astype(bool), asym
+
+
+def first_stage_flags(ok, nonfinite, residual, asym, start_codes, rtol, asym_max, ldlt):
+    """cuda/solve_flags.cu: breakdown, redo and the four "any" flags (non-finite input, asymmetric
+    input, failed, redo) of solve_small's first stage, ``ok`` updated in place; numpy twin:
+    ``robust.first_stage_flags``."""
+    import cupy as cp
+
+    B = ok.size
+    breakdown, redo = cp.empty(B, dtype=bool), cp.empty(B, dtype=bool)
+    anys = cp.zeros(1, dtype=np.uint32)
+    use = start_codes is not None
+    codes = cp.asarray(start_codes, dtype=np.int8).ravel() if use else redo      # (not read without codes)
+    fn = get_function("solve_flags.cu", "first_stage_flags", residual.dtype)
+    if B:
+        fn((min((B + 255) // 256, 1024),), (256,),
+           (ok, nonfinite, residual, asym, codes, np.int32(use), residual.dtype.type(rtol),
+            residual.dtype.type(asym_max), np.int32(ldlt), breakdown, redo, anys, np.int64(B)))
+    bits = int(anys.get()[0])
+    return breakdown, redo, tuple(bool(bits & f) for f in (1, 2, 4, 8))
 
 
 def run_stage(stage, A, b, screen, cond_max):

@@ -271,6 +271,24 @@ def _run_stage(stage_fn, A, b, n, symmetrize, screen):
     return C.map_chunks(block, (A, b), n, nbytes=2**23 if stage_fn is _ldlt_stage else 2**22)
 
 
+def first_stage_flags(ok, nonfinite, residual, asym, start_codes, rtol, asym_max, ldlt):
+    """The bookkeeping of solve_small after its first stage (numpy twin of cuda/solve_flags.cu).
+
+    Returns breakdown (LDL^T failed on finite input), redo (finite input that needs a later
+    stage: not ok, residual > rtol, or a per-system memory's start code > 0) and the "any" flags
+    (non-finite input, |A - A^T| > asym_max max|A| on finite input, not ok, redo); ``ok`` is
+    and-ed with the finiteness of the input in place.
+    """
+    breakdown = ~ok & ~nonfinite if ldlt else np.zeros_like(ok)
+    ok &= ~nonfinite
+    redo = ~(ok & (residual <= rtol))
+    if start_codes is not None:
+        redo |= np.asarray(start_codes).ravel() > 0
+    redo &= ~nonfinite
+    anys = (nonfinite.any(), (~nonfinite & (asym > asym_max)).any(), (~ok).any(), redo.any())
+    return breakdown, redo, tuple(bool(a) for a in anys)
+
+
 def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,
                 key=None, *, check_finite=True, assume_symmetric=False):
     """Solve a batch of small symmetric systems A x = b robustly (paper 001).
@@ -356,17 +374,15 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     # run on the systems that failed (gathered, i.e. compacted on the device) and are scattered back.
     x, cond, n_disc, ok, residual, nonfinite, asym = _stage(xp, stages[0], cond_max)(
         Af, bf, n, assume_symmetric, True)
-    breakdown = (~ok & ~nonfinite) if stages[0] == "ldlt" else xp.zeros(B, dtype=bool)
-    ok &= ~nonfinite
-    # with a per-system memory, systems that needed a later stage last time go straight to it
-    redo = ~(ok & (residual <= rtol))
-    if start_codes is not None:
-        redo |= xp.asarray(start_codes).ravel() > 0
-    redo &= ~nonfinite
-    # one transfer (one synchronization on the GPU) for the screening and these three flags
-    any_nonfinite, any_failed, any_redo = C.raise_for_screening(
-        A, [A, b], ["A", "b"], nonfinite, asym, check_finite, assume_symmetric, extra=(nonfinite, ~ok, redo))
-    code = xp.full(B, STAGES.index(stages[0]), dtype=np.int8)
+    # the flags in one pass (on the GPU one kernel and one synchronization); with a per-system
+    # memory, systems that needed a later stage last time go straight to it
+    flags = first_stage_flags if xp is np else _gpu.first_stage_flags
+    breakdown, redo, (any_nonfinite, any_asym, any_failed, any_redo) = flags(
+        ok, nonfinite, residual, asym, start_codes, rtol, C.SYMMETRY_RTOL * np.finfo(dt).eps, stages[0] == "ldlt")
+    C.raise_for_flags(A, [A, b], ["A", "b"], check_finite and any_nonfinite, not assume_symmetric and any_asym)
+    # a memset where the code is 0: cupy's fill kernel costs tens of microseconds of host time
+    first = STAGES.index(stages[0])
+    code = xp.full(B, first, dtype=np.int8) if first else xp.zeros(B, dtype=np.int8)
     if any_failed:
         x[~ok] = np.nan
     todo = C.host_flatnonzero(xp, redo) if len(stages) > 1 and any_redo else xp.arange(0)

@@ -136,3 +136,39 @@ def test_auto_repairs_singular_fig2_on_gpu(rng):
         gap = w[keep].min() - w[~keep].max() if nd_all[i] else np.inf
         bound = 10 * 30 * np.finfo(np.float32).eps * (w.max() / w[keep].min() + w.max() / gap)
         assert np.linalg.norm(xg[i] - xref) <= bound * np.linalg.norm(xref), i
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_ldlt_flags_match_numpy_twin(rng, n, dtype):
+    """The screening and breakdown flags of cuda/ldlt.cu against the numpy path: NaN/Inf input,
+    an indefinite system (LDL^T breakdown), the D-ratio condition estimate and the residual, on a
+    batch that does not fill the last block."""
+    B = 301
+    A = spd(rng, B, n, dtype)
+    b = rng.standard_normal((B, n)).astype(dtype)
+    bad = rng.choice(B, 6, replace=False)
+    A[bad[0], 0, n - 1] = np.nan                            # upper triangle: screened too
+    b[bad[1], n // 2] = np.inf
+    A[bad[2:4]] *= -1                                      # negative definite: breakdown at step 0
+    if n > 1:
+        A[bad[4], n - 1, n - 1] = -A[bad[4], n - 1, n - 1]  # breakdown at the last step
+    kw = dict(method="ldlt", return_report=True, check_finite=False)
+    x_c, r_c = lg.solve_small(A, b, **kw)
+    x_g, r_g = lg.solve_small(cp.asarray(A), cp.asarray(b), **kw)
+    for name in ("nonfinite", "breakdown", "ok"):
+        assert (getattr(r_g, name).get() == getattr(r_c, name)).all(), name
+    assert set(np.flatnonzero(r_c.nonfinite)) == set(bad[:2])
+    assert set(np.flatnonzero(r_c.breakdown)) == set(bad[2:5] if n > 1 else bad[2:4])
+    good = r_c.ok
+    cg, cc = r_g.cond_estimate.get()[good], r_c.cond_estimate[good]
+    assert np.abs(cg - cc).max() <= tol(dtype, n, 100.0) * cc.max()
+    assert (r_g.residual.get()[good] <= 8 * n * np.finfo(dtype).eps * 10).all()
+    assert np.isnan(x_g.get()[~good]).all() and np.isfinite(x_g.get()[good]).all()
+    with pytest.raises(ValueError, match="A"):
+        lg.solve_small(cp.asarray(A), cp.asarray(b), method="ldlt")
+    S = spd(rng, B, n, dtype)
+    if n > 1:
+        S[bad[5], n - 1, 0] += 0.1                          # not symmetric: named
+        with pytest.raises(ValueError, match=f"symmetric.*{bad[5]}"):
+            lg.solve_small(cp.asarray(S), cp.ones((B, n), dtype=dtype), method="ldlt")
