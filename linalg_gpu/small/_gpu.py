@@ -96,8 +96,9 @@ def _ldlt_lanes(n, itemsize):
 
     The rule, from a sweep of W on the H100 (2^20 systems, n = 8 ... 64, both dtypes): at most 4 rows
     per lane, and W doubled while a lane's rows (n (R + 1) / 2 entries) would take more than 96
-    registers; at least 4 lanes for float32 and 2 for float64. The best W measured for n = 8, 16, 32,
-    48, 64 is what the rule gives, except float32 n = 8 (W = 4 by the floor, 0.17 against 0.19 ms).
+    registers; at least 4 lanes for float32 and 2 for float64. It gives the best W measured at n = 8,
+    16, 32, 64 (both dtypes) and 48 (float32); without the floor float32 n = 8 would get W = 2 (0.19
+    against 0.17 ms).
     """
     w = 4 if itemsize == 4 else 2
     while w < 32 and (w * 4 < n or n * (-(-n // w) + 1) // 2 * itemsize // 4 > 96):
