@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(128) ldlt_solve(
     long long batch, int nrhs)
 {
     using L = RowsLayout<T, N, W>;
-    constexpr int R = L::R, S = L::S, V = 16 / sizeof(T);
+    constexpr int R = L::R, S = L::S, V = L::V;
     extern __shared__ unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
