@@ -196,6 +196,44 @@ def test_pcr_against_dense_solve(rng, n, dtype):
         assert np.all(err <= C_SOLVE * n * eps(dtype) * kap), (err / (n * eps(dtype) * kap)).max()
 
 
+def _pcr_stride_form(d, e, v):
+    """cuda/householder_pcr.cu's pcr_solve in numpy: equation i eliminates its couplings to i - h and
+    i + h (h = 1, 2, 4, ...) in place; d (n, c), e (n-1, c), v (n, r, c)."""
+    n = d.shape[0]
+    c = np.concatenate([e, np.zeros_like(d[:1])])               # coupling of i and i + h
+    idx = np.arange(n)
+    h = 1
+    with np.errstate(all="ignore"):
+        while h < n:
+            okl, okr = (idx >= h)[:, None], (idx + h < n)[:, None]
+            left, right = np.clip(idx - h, 0, n - 1), np.clip(idx + h, 0, n - 1)
+            cl, dl = np.where(okl, c[left], 0), np.where(okl, d[left], 1)
+            dr, cr = np.where(okr, d[right], 1), np.where(okr, c[right], 0)
+            vl, vr = np.where(okl[..., None], v[left], 0), np.where(okr[..., None], v[right], 0)
+            a, g = cl / dl, c / dr
+            v = v - a[:, None] * vl - g[:, None] * vr
+            d = d - a * cl - g * c
+            c = -g * cr
+            h *= 2
+        return v / d[:, None], d
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_pcr_stride_form_equals_fig9_order(rng, dtype):
+    """The GPU kernel runs the Fig. 9 eliminations in stride form (no permutations): the same
+    operations on the same operands, so z and the pivots are bitwise those of the numpy twin."""
+    from linalg_gpu.small.pcr import _pcr_bl
+
+    for n in range(1, 65):
+        d = (rng.standard_normal((n, 20)) + 4).astype(dtype)
+        e = rng.standard_normal((n - 1, 20)).astype(dtype)
+        v = rng.standard_normal((n, 2, 20)).astype(dtype)
+        z_twin, piv_twin = _pcr_bl(d, e, v)
+        z, piv = _pcr_stride_form(d, e, v)
+        np.testing.assert_array_equal(z, z_twin, err_msg=f"n = {n}")
+        np.testing.assert_array_equal(piv, piv_twin, err_msg=f"n = {n}")
+
+
 @pytest.mark.parametrize("batch", BATCHES, ids=str)
 def test_pcr_batch_shapes(rng, batch):
     n = 13

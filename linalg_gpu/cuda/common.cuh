@@ -13,6 +13,18 @@ template <> __device__ __forceinline__ double eps<double>() { return 2.220446049
 #define NAN __int_as_float(0x7fffffff)
 #endif
 
+// 16 bytes of shared memory (16-byte aligned) into registers: 4 floats or 2 doubles.
+__device__ __forceinline__ void load16(const float* p, float* c)
+{
+    float4 v = *reinterpret_cast<const float4*>(p);
+    c[0] = v.x; c[1] = v.y; c[2] = v.z; c[3] = v.w;
+}
+__device__ __forceinline__ void load16(const double* p, double* c)
+{
+    double2 v = *reinterpret_cast<const double2*>(p);
+    c[0] = v.x; c[1] = v.y;
+}
+
 // The threads of one system: W lanes. For N <= 32 a system lives inside one warp (N lanes when N
 // divides 32, else a whole warp with idle lanes) and synchronizes with __syncwarp; for N > 32 it
 // is N threads of a block and synchronizes with __syncthreads.

@@ -10,22 +10,23 @@
 
 template <typename T, int N>
 struct EigLayout {
-    static constexpr int S = N | 1;
-    static constexpr int PER = 3 * N * S + 20 * N;            // W, Q, V and the vectors
+    static constexpr int S = HHLayout<N>::S, VL = HHLayout<N>::VL;
+    static constexpr int PER = 3 * HHLayout<N>::WL + 20 * VL;  // W, Q, V and the vectors (VL apart)
 };
 
 template <typename T, int N>
 __device__ void eig_setup(const T* A, long long sys0, int nsys, int spb, T* smem, int*& ibase,
                           T*& W, T*& d, T*& e, T*& beta, T*& tmp, T*& y, DCScratch<T>& sc, int local)
 {
-    constexpr int S = EigLayout<T, N>::S, PER = EigLayout<T, N>::PER;
+    constexpr int S = EigLayout<T, N>::S, PER = EigLayout<T, N>::PER, VL = EigLayout<T, N>::VL;
+    constexpr int WL = HHLayout<N>::WL;
     stage_matrices<T, N, S, PER>(A + sys0 * N * N, smem, nsys);
     W = smem + (size_t)local * PER;
-    sc.Q = W + N * S;  sc.V = sc.Q + N * S;
-    T* v = sc.V + N * S;
-    d = v; e = v + N; beta = v + 2 * N; tmp = v + 3 * N; y = v + 5 * N;
-    sc.lam = v + 6 * N; sc.dt = v + 7 * N; sc.dd = v + 8 * N; sc.z = v + 9 * N; sc.P = v + 10 * N;
-    sc.Z = v + 11 * N; sc.O = v + 12 * N; sc.TAU = v + 13 * N; sc.sc = v + 14 * N;
+    sc.Q = W + WL;  sc.V = sc.Q + WL;
+    T* v = sc.V + WL;
+    d = v; e = v + VL; beta = v + 2 * VL; tmp = v + 3 * VL; y = v + 5 * VL;
+    sc.lam = v + 6 * VL; sc.dt = v + 7 * VL; sc.dd = v + 8 * VL; sc.z = v + 9 * VL; sc.P = v + 10 * VL;
+    sc.Z = v + 11 * VL; sc.O = v + 12 * VL; sc.TAU = v + 13 * VL; sc.sc = v + 14 * VL;
     ibase = reinterpret_cast<int*>(smem + (size_t)spb * PER) + local * 3 * N;
     sc.perm = ibase; sc.idx = ibase + N; sc.defl = ibase + 2 * N;
 }
@@ -36,11 +37,10 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
 {
     for (int r = 2; r < N; ++r) {
         if (active) {
-            const T* u = W + r * S;
             T s = 0;
-            for (int k = 0; k < r; ++k) s += u[k] * M[k * S + c];
+            for (int k = 0; k < r; ++k) s += W[k * S + r] * M[k * S + c];   // u_r: column r of W
             s *= beta[r];
-            for (int k = 0; k < r; ++k) M[k * S + c] -= u[k] * s;
+            for (int k = 0; k < r; ++k) M[k * S + c] -= W[k * S + r] * s;
         }
     }
     gsync<N>();
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T
                            const int* __restrict__ tree, int* __restrict__ hitcap, long long batch, int spb)
 {
     constexpr int S = EigLayout<T, N>::S;
-    extern __shared__ unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
     constexpr int G = Group<N>::W;                             // lanes per system
     const int local = threadIdx.x / G, i = threadIdx.x % G;
@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T
     DCScratch<T> sc;
     eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
     T none[1] = {T(0)};
-    screen_and_symmetrize<T, N, S>(W, none, 0, tmp, i, active, nonfinite + sys0 + local, asym + sys0 + local);
-    tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
+    screen_and_tridiagonalize<T, N, S>(W, none, 0, d, e, beta, tmp, i, active, nonfinite + sys0 + local,
+                                       asym + sys0 + local);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
     apply_q_columns<T, N, S>(W, beta, sc.Q, i, active);
     if (active) {
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
                                    long long batch, int nrhs, int spb)
 {
     constexpr int S = EigLayout<T, N>::S;
-    extern __shared__ unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
     constexpr int G = Group<N>::W;                             // lanes per system
     const int local = threadIdx.x / G, i = threadIdx.x % G;
@@ -96,27 +96,28 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
     eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
     T none[1] = {T(0)};
     const T* bi = active ? b + ((sys0 + local) * N + i) * nrhs : none;
-    screen_and_symmetrize<T, N, S>(W, bi, active ? nrhs : 1, tmp, i, active, nonfinite + sys0 + local,
-                                   asym + sys0 + local);
-    tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
+    screen_and_tridiagonalize<T, N, S>(W, bi, active ? nrhs : 1, d, e, beta, tmp, i, active,
+                                       nonfinite + sys0 + local, asym + sys0 + local);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
     const T* O = sc.Q;
-    T* red = sc.dd;                                           // scratch after the eigensolver
+    T* red = sc.sc + 3;                                       // group_max scratch (block version)
     const T lmax = sc.lam[N - 1];
-    T lmin_abs = INFINITY;
-    for (int k = 0; k < N; ++k) lmin_abs = fmin(lmin_abs, fabs(sc.lam[k]));
-    const T lmax_abs = fmax(fabs(sc.lam[0]), fabs(sc.lam[N - 1]));
-    const bool keep = sc.lam[i] > lmax / cond_max;            // non-positive ones are dropped too
+    const T li = active ? sc.lam[i] : T(0);
+    const bool keep = li > lmax / cond_max;                   // non-positive ones are dropped too
+    const T lmin_abs = -group_max<T, N>(active ? -fabs(li) : -T(INFINITY), red, i);
+    const T lmax_abs = fmax(fabs(sc.lam[0]), fabs(lmax));
+    const int nd = (int)group_sum<T, N>(active && !keep ? T(1) : T(0), red, i);
     const T* As = A + (sys0 + local) * N * N;
     T res_max = 0;
     for (int r = 0; r < nrhs; ++r) {
-        if (active) y[i] = b[((sys0 + local) * N + i) * nrhs + r];
+        const T br = active ? b[((sys0 + local) * N + i) * nrhs + r] : T(0);
+        if (active) y[i] = br;
         gsync<N>();
         apply_q<T, N, S>(W, beta, y, tmp, true, i, active);     // Q^T b
         T c = 0;
         if (active) {                                           // (O^T y)_i / lambda_i, kept only
             for (int k = 0; k < N; ++k) c += O[k * S + i] * y[k];
-            c = keep ? c / sc.lam[i] : T(0);
+            c = keep ? c / li : T(0);
         }
         gsync<N>();
         if (active) sc.z[i] = c;
@@ -127,34 +128,21 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
         if (active) y[i] = yi;
         gsync<N>();
         apply_q<T, N, S>(W, beta, y, tmp, false, i, active);    // x = Q O D_k^-1 O^T Q^T b
+        // ||A x - b||_inf / (||A||_inf ||x||_inf + ||b||_inf): maxima over the lanes by group_max
+        T ri = -br, rs = 0, xa = 0;
         if (active) {
-            T bi = b[((sys0 + local) * N + i) * nrhs + r];
-            T ri = -bi, rs = 0;
-            for (int k = 0; k < N; ++k) {
-                T aik = (k <= i) ? As[i * N + k] : As[k * N + i];
-                ri += aik * y[k];
-                rs += fabs(aik);
-            }
-            red[i] = fabs(ri);
-            sc.P[i] = rs;
-            sc.Z[i] = fabs(bi);
+            residual_row<T, N, S>(W, As, y, i, ri, rs);
+            xa = fabs(y[i]);
             x[((sys0 + local) * N + i) * nrhs + r] = y[i];
         }
-        gsync<N>();
-        if (active && i == 0) {
-            T rn = 0, an = 0, xn = 0, bn = 0;
-            for (int k = 0; k < N; ++k) {
-                rn = fmax(rn, red[k]); an = fmax(an, sc.P[k]); bn = fmax(bn, sc.Z[k]); xn = fmax(xn, fabs(y[k]));
-            }
-            T rel = rn == T(0) ? T(0) : rn / (an * xn + bn);
-            res_max = fmax(res_max, isfinite(rel) ? rel : T(INFINITY));
-        }
+        const T rn = group_max<T, N>(fabs(ri), red, i), an = group_max<T, N>(rs, red, i);
+        const T bn = group_max<T, N>(fabs(br), red, i), xn = group_max<T, N>(xa, red, i);
+        const T rel = rn == T(0) ? T(0) : rn / (an * xn + bn);
+        res_max = fmax(res_max, isfinite(rel) ? rel : T(INFINITY));
         gsync<N>();
     }
     if (active && i == 0) {
         long long s = sys0 + local;
-        int nd = 0;
-        for (int k = 0; k < N; ++k) nd += !(sc.lam[k] > lmax / cond_max);
         ndisc[s] = nd;
         cond[s] = lmax_abs / lmin_abs;
         resid[s] = res_max;

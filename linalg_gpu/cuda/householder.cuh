@@ -115,16 +115,49 @@ __device__ void screen_and_symmetrize(T* W, const T* bi, int nrhs, T* scratch, i
     gsync<N>();
 }
 
-// N <= 32: the same reduction with lane i holding row i of the working matrix in registers.
+// Shared-memory layout of one system's vectors: each starts on 16 bytes (VL apart), so that
+// screen_tridiagonalize_regs can broadcast u and q by 16-byte loads; WL is the padded N x S matrix.
+template <int N>
+struct HHLayout {
+    static constexpr int S = N | 1;                   // odd row stride: column reads without conflicts
+    static constexpr int VL = (N + 3) / 4 * 4;        // vector stride (4 floats or 2 doubles per load)
+    static constexpr int WL = (N * S + 3) / 4 * 4;    // matrix stride
+};
+
+// N <= 32: the input screening of screen_and_symmetrize and the reduction of tridiagonalize, with
+// lane i holding row i of the symmetric matrix in registers. The lane reads its row and column of
+// the shared copy once: they give the screening (NaN/Inf, max |A_ik - A_ki|) and the row of the
+// matrix defined by the lower triangle; the copy is not symmetrized and keeps its lower triangle.
 // Symmetry gives lane i its entry x_i = W[r][i] of the row being reduced (its own column r), u and
-// q are broadcast through a shared buffer, and the rank-2 update (eq. 13) touches registers only.
-// On exit, as tridiagonalize(): d, e, beta, and u_r in row r of W (shared).
+// q are broadcast through a shared buffer (16-byte loads: tmp must be 16-byte aligned, 2 VL long)
+// and the rank-2 update (eq. 13) touches registers only. The buffers hold u_k = q_k = 0 for k >= r,
+// so the loads may run past r to the next multiple of 16 bytes. On exit, as tridiagonalize(): d, e,
+// beta, and u_r in column r of W above the diagonal; the diagonal and the lower triangle of W are
+// the input. bi: the nrhs right-hand sides of row i (screened for NaN/Inf).
 template <typename T, int N, int S>
-__device__ void tridiagonalize_regs(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
+__device__ void screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T* e, T* beta, T* tmp,
+                                           int i, bool active, int* nonfinite, T* asym)
 {
-    T w[N];
+    constexpr int V = 16 / sizeof(T);
+    constexpr int NV = (N + V - 1) / V * V;           // row length in registers, 16-byte padded
+    T w[NV];
+    T amax = 0, dasym = 0, bad = 0;
 #pragma unroll
-    for (int k = 0; k < N; ++k) w[k] = active ? W[i * S + k] : T(0);
+    for (int k = 0; k < NV; ++k) {
+        const T vr = (active && k < N) ? W[i * S + k] : T(0), vc = (active && k < N) ? W[k * S + i] : T(0);
+        if (!isfinite(vr)) bad = T(1);
+        amax = fmax(amax, fabs(vr));
+        dasym = fmax(dasym, fabs(vr - vc));
+        w[k] = k <= i ? vr : vc;
+    }
+    if (active) for (int r = 0; r < nrhs; ++r) if (!isfinite(bi[r])) bad = T(1);
+    amax = group_max<T, N>(amax, tmp, i);
+    dasym = group_max<T, N>(dasym, tmp, i);
+    bad = group_max<T, N>(bad, tmp, i);
+    if (active && i == 0) {
+        *nonfinite = bad > T(0) ? 1 : 0;
+        *asym = amax > T(0) ? dasym / amax : T(0);
+    }
     T m = 0;
 #pragma unroll
     for (int k = 0; k < N; ++k) m = fmax(m, fabs(w[k]));
@@ -135,7 +168,7 @@ __device__ void tridiagonalize_regs(T* W, T* d, T* e, T* beta, T* tmp, int i, bo
 #pragma unroll
     for (int k = 0; k < N; ++k) w[k] /= scale;
     T* su = tmp;                                      // broadcast buffers: u, then q
-    T* sq = tmp + N;
+    T* sq = tmp + HHLayout<N>::VL;
     const int base = (threadIdx.x & 31) - i;          // lane of row 0 of this system
 #pragma unroll
     for (int r = N - 1; r >= 2; --r) {
@@ -147,22 +180,33 @@ __device__ void tridiagonalize_regs(T* W, T* d, T* e, T* beta, T* tmp, int i, bo
         const bool act = head2 > T(0);
         const T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
         const T ui = !act ? T(0) : (i < r - 1 ? xi : (i == r - 1 ? xl - alpha : T(0)));
-        if (active) su[i] = ui;
+        if (i < NV) su[i] = ui;                       // lanes >= r (and >= N) write 0
         __syncwarp();
         T pi = 0;
 #pragma unroll
-        for (int k = 0; k < r; ++k) pi += w[k] * su[k];    // p = W u / b   (eq. 12)
+        for (int k0 = 0; k0 < r; k0 += V) {           // p = W u / b   (eq. 12)
+            T c[V];
+            load16(su + k0, c);
+#pragma unroll
+            for (int t = 0; t < V; ++t) pi += w[k0 + t] * c[t];
+        }
         pi *= inv_b;
         if (i >= r) pi = T(0);
-        const T Bi = group_sum<T, N>(pi * ui, tmp + 2 * N, i) * inv_b / T(2);
+        const T Bi = group_sum<T, N>(pi * ui, tmp, i) * inv_b / T(2);
         const T qi = pi - Bi * ui;                     // q = p - B u
-        if (active) sq[i] = qi;
+        if (i < NV) sq[i] = qi;
         __syncwarp();
         if (i < r) {
 #pragma unroll
-            for (int k = 0; k < r; ++k) w[k] -= qi * su[k] + ui * sq[k];   // eq. (13)
+            for (int k0 = 0; k0 < r; k0 += V) {       // eq. (13)
+                T cu[V], cq[V];
+                load16(su + k0, cu);
+                load16(sq + k0, cq);
+#pragma unroll
+                for (int t = 0; t < V; ++t) w[k0 + t] -= qi * cu[t] + ui * cq[t];
+            }
         }
-        if (active && i < r) W[r * S + i] = ui;        // u_r in row r (for apply_q)
+        if (active && i < r) W[i * S + r] = ui;        // u_r in column r (for apply_q)
         if (active && i == 0) {
             beta[r] = inv_b;
             e[r - 1] = (act ? alpha : xl) * scale;
@@ -179,15 +223,11 @@ __device__ void tridiagonalize_regs(T* W, T* d, T* e, T* beta, T* tmp, int i, bo
 }
 
 // W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form.
-// On exit: d[k] = T_kk, e[k] = T_k+1,k, row i of W (columns < i) holds u_i and beta[i] = 1/b_i
-// (0 where H_i = I). tmp: 2 N scratch. All threads of the block call this (it synchronizes).
+// On exit: d[k] = T_kk, e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] = 1/b_r
+// (0 where H_r = I). tmp: 2 VL scratch. All threads of the block call this (it synchronizes).
 template <typename T, int N, int S>
 __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
 {
-    if constexpr (Group<N>::WARP) {
-        tridiagonalize_regs<T, N, S>(W, d, e, beta, tmp, i, active);
-        return;
-    }
     T* p = tmp;           // p, then q
     T* sc = tmp + N;      // scalars: [0] head2, [1] u.p, [2] scale
     // scale by a power of 2 to max |W_ij| ~ 1 (the reflectors do not depend on it): no under/overflow in squares
@@ -241,6 +281,7 @@ __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool ac
         if (act && active && i < r) {                    // W -= q u^T + u q^T   (eq. 13), row i
             for (int m = 0; m < r; ++m) W[i * S + m] -= qi * u[m] + ui * p[m];
         }
+        if (active && i < r) W[i * S + r] = ui;          // u_r in column r (for apply_q)
         gsync<N>();
     }
     if (active && i == 0) {
@@ -256,14 +297,69 @@ __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool ac
     gsync<N>();
 }
 
-// y <- Q^T y (transpose) or Q y, Q = H_{N-1} ... H_2, u_r in row r of W (columns < r).
+// A_ik of the symmetric matrix defined by the lower triangle of the input: for N <= 32 from the
+// shared copy, whose lower triangle screen_tridiagonalize_regs leaves unchanged; above, re-read
+// from global memory (the block version overwrites the copy).
+template <typename T, int N, int S>
+__device__ __forceinline__ T input_entry(const T* Ws, const T* Ag, int i, int k)
+{
+    if constexpr (Group<N>::WARP) return k <= i ? Ws[i * S + k] : Ws[k * S + i];
+    else return k <= i ? Ag[i * N + k] : Ag[k * N + i];
+}
+
+// Row i of the residual: ri += (A y)_i and rs += sum_k |A_ik|, A by input_entry. N <= 32: y (16-byte
+// aligned, VL long) by 16-byte broadcasts, unrolled; above, a plain loop (unrolled, the global loads
+// of the block version took 128 registers against 40-80).
+template <typename T, int N, int S>
+__device__ __forceinline__ void residual_row(const T* Ws, const T* Ag, const T* y, int i, T& ri, T& rs)
+{
+    if constexpr (Group<N>::WARP) {
+        constexpr int V = 16 / sizeof(T);
+#pragma unroll
+        for (int k0 = 0; k0 < N; k0 += V) {
+            T c[V];
+            load16(y + k0, c);
+#pragma unroll
+            for (int t = 0; t < V; ++t) {
+                if (k0 + t >= N) continue;
+                const T aik = input_entry<T, N, S>(Ws, Ag, i, k0 + t);
+                ri += aik * c[t];
+                rs += fabs(aik);
+            }
+        }
+    } else {
+#pragma unroll 1
+        for (int k = 0; k < N; ++k) {
+            const T aik = input_entry<T, N, S>(Ws, Ag, i, k);
+            ri += aik * y[k];
+            rs += fabs(aik);
+        }
+    }
+}
+
+// The input screening and the reduction to tridiagonal form of every kernel (see
+// screen_and_symmetrize, tridiagonalize and screen_tridiagonalize_regs). Every thread of the block
+// calls this.
+template <typename T, int N, int S>
+__device__ void screen_and_tridiagonalize(T* W, const T* bi, int nrhs, T* d, T* e, T* beta, T* tmp,
+                                          int i, bool active, int* nonfinite, T* asym)
+{
+    if constexpr (Group<N>::WARP) {
+        screen_tridiagonalize_regs<T, N, S>(W, bi, nrhs, d, e, beta, tmp, i, active, nonfinite, asym);
+    } else {
+        screen_and_symmetrize<T, N, S>(W, bi, nrhs, tmp, i, active, nonfinite, asym);
+        tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
+    }
+}
+
+// y <- Q^T y (transpose) or Q y, Q = H_{N-1} ... H_2, u_r in column r of W (rows < r).
 // Lane i only ever touches y[i]; the lanes meet in the reductions.
 template <typename T, int N, int S>
 __device__ void apply_q(const T* W, const T* beta, T* y, T* tmp, bool transpose, int i, bool active)
 {
     for (int t = 2; t < N; ++t) {
         const int r = transpose ? N + 1 - t : t;         // Q^T: r = N-1 .. 2; Q: r = 2 .. N-1
-        const T ur = (active && i < r) ? W[r * S + i] : T(0);
+        const T ur = (active && i < r) ? W[i * S + r] : T(0);
         const T s = group_sum<T, N>(active ? ur * y[i] : T(0), tmp, i) * beta[r];
         if (active && i < r) y[i] -= ur * s;             // beta_r = 0: H_r = I
     }

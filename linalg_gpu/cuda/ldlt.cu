@@ -28,18 +28,6 @@
 
 #include "common.cuh"
 
-// 16 bytes of shared memory (16-byte aligned) into registers: 4 floats or 2 doubles.
-__device__ __forceinline__ void load16(const float* p, float* c)
-{
-    float4 v = *reinterpret_cast<const float4*>(p);
-    c[0] = v.x; c[1] = v.y; c[2] = v.z; c[3] = v.w;
-}
-__device__ __forceinline__ void load16(const double* p, double* c)
-{
-    double2 v = *reinterpret_cast<const double2*>(p);
-    c[0] = v.x; c[1] = v.y;
-}
-
 // A row of N entries from global memory into registers (by 16-byte loads when rows allow them)
 // and into its row of the shared copy.
 template <typename T, int N>

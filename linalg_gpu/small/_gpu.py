@@ -58,20 +58,6 @@ def _launch(fn, B, n, per_system_bytes, args_fn):
 
 
 @lru_cache(maxsize=None)
-def _pcr_schedule_device(n, device_id):
-    import cupy as cp
-
-    from .pcr import pcr_schedule
-
-    steps = pcr_schedule(n)
-    tab = np.zeros((max(len(steps), 1), 2, n), dtype=np.int32)
-    for s, (perm, link) in enumerate(steps):
-        tab[s, 0] = perm
-        tab[s, 1, : n - 1] = link
-    return cp.asarray(tab.ravel()), len(steps)
-
-
-@lru_cache(maxsize=None)
 def _tree_device(n, device_id):
     import cupy as cp
 
@@ -140,24 +126,31 @@ def _flags(B, dtype):
     return cp.empty(B, dtype=np.int32), cp.empty(B, dtype=dtype)
 
 
+def _hh_layout(n):
+    """(WL, VL) of HHLayout in cuda/householder.cuh: the padded N x S matrix and the vector stride."""
+    return (n * (n | 1) + 3) // 4 * 4, (n + 3) // 4 * 4
+
+
 def householder_pcr_stage(A, b):
-    """Householder + Q^T b + PCR (Fig. 9) + Q z + residual + screening: cuda/householder_pcr.cu."""
+    """Householder + Q^T b + PCR (the Fig. 9 eliminations in stride form) + Q z + residual + screening:
+    cuda/householder_pcr.cu."""
     import cupy as cp
 
     B, n, r = b.shape
     x, cond, resid = _outputs(b)
     ok = cp.empty(B, dtype=np.int32)
     nonfinite, asym = _flags(B, A.dtype)
-    sched, nsteps = _pcr_schedule_device(n, cp.cuda.Device().id)
     fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n)
-    per = (n * (n | 1) + 12 * n) * A.dtype.itemsize + n * 4
-    _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, nonfinite, asym, sched, np.int32(nsteps),
-                                        np.int64(B), np.int32(r), np.int32(spb)))
+    wl, vl = _hh_layout(n)
+    per = (wl + 12 * vl) * A.dtype.itemsize
+    _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r),
+                                        np.int32(spb)))
     return x, cond, cp.zeros(B, dtype=np.int32), ok.astype(bool), resid, nonfinite.astype(bool), asym
 
 
 def _eig_bytes(n, itemsize):
-    return (3 * n * (n | 1) + 20 * n) * itemsize + 3 * n * 4
+    wl, vl = _hh_layout(n)
+    return (3 * wl + 20 * vl) * itemsize + 3 * n * 4
 
 
 def eig_truncate_stage(A, b, cond_max):

@@ -49,6 +49,15 @@ def test_methods_match_numpy_twin(rng, n, dtype, method):
     assert np.abs(r_gpu.residual.get()).max() <= 8 * n * np.finfo(dtype).eps * 10
     x_ref = np.linalg.solve(A.astype(np.float64), b.astype(np.float64))
     assert np.abs(xg - x_ref).max() / np.abs(x_ref).max() <= tol(dtype, n, 100.0)
+    # the kernel's residual against the same quantity in float64 from its own x: the kernel's sum
+    # rounds at (n + 2) eps of the denominator; its condition estimate against the twin's
+    A64, x64, b64 = A.astype(np.float64), xg.astype(np.float64), b.astype(np.float64)
+    num = np.abs(A64 @ x64 - b64).max(axis=1)
+    den = np.abs(A64).sum(-1).max(-1)[:, None] * np.abs(x64).max(axis=1) + np.abs(b64).max(axis=1)
+    res_ref = (num / den).max(axis=1)
+    assert np.abs(r_gpu.residual.get() - res_ref).max() <= 2 * (n + 2) * np.finfo(dtype).eps
+    ce_g, ce_c = r_gpu.cond_estimate.get(), r_cpu.cond_estimate
+    assert np.abs(ce_g - ce_c).max() <= tol(dtype, n, 100.0) * np.abs(ce_c).max()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
