@@ -25,6 +25,28 @@ __device__ __forceinline__ void load16(const double* p, double* c)
     c[0] = v.x; c[1] = v.y;
 }
 
+// Row r of a symmetric matrix times x, from the lower triangle of its shared copy (row stride S):
+// ri += sum_k A_rk x_k, rs += sum_k |A_rk|. x: shared, 16-byte aligned, padded to 16 bytes, read
+// by 16-byte broadcasts. Used by the residual checks of ldlt.cu and householder.cuh.
+template <typename T, int N, int S>
+__device__ __forceinline__ void lower_row_dot(const T* sA, const T* x, int r, T& ri, T& rs)
+{
+    constexpr int V = 16 / sizeof(T);
+#pragma unroll
+    for (int k0 = 0; k0 < N; k0 += V) {
+        T c[V];
+        load16(x + k0, c);
+#pragma unroll
+        for (int t = 0; t < V; ++t) {
+            const int k = k0 + t;
+            if (k >= N) continue;
+            const T v = sA[k <= r ? r * S + k : k * S + r];
+            ri += v * c[t];
+            rs += fabs(v);
+        }
+    }
+}
+
 // The threads of one system: W lanes. For N <= 32 a system lives inside one warp (N lanes when N
 // divides 32, else a whole warp with idle lanes) and synchronizes with __syncwarp; for N > 32 it
 // is N threads of a block and synchronizes with __syncthreads.

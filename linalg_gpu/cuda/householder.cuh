@@ -297,40 +297,20 @@ __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool ac
     gsync<N>();
 }
 
-// A_ik of the symmetric matrix defined by the lower triangle of the input: for N <= 32 from the
-// shared copy, whose lower triangle screen_tridiagonalize_regs leaves unchanged; above, re-read
-// from global memory (the block version overwrites the copy).
-template <typename T, int N, int S>
-__device__ __forceinline__ T input_entry(const T* Ws, const T* Ag, int i, int k)
-{
-    if constexpr (Group<N>::WARP) return k <= i ? Ws[i * S + k] : Ws[k * S + i];
-    else return k <= i ? Ag[i * N + k] : Ag[k * N + i];
-}
-
-// Row i of the residual: ri += (A y)_i and rs += sum_k |A_ik|, A by input_entry. N <= 32: y (16-byte
-// aligned, VL long) by 16-byte broadcasts, unrolled; above, a plain loop (unrolled, the global loads
-// of the block version took 128 registers against 40-80).
+// Row i of the residual: ri += (A y)_i and rs += sum_k |A_ik|, A the symmetric matrix defined by the
+// lower triangle of the input. N <= 32: from the shared copy, whose lower triangle
+// screen_tridiagonalize_regs leaves unchanged, by lower_row_dot (y 16-byte aligned, VL long); above,
+// from global memory (the block version overwrites the copy), a plain loop (unrolled, its global
+// loads took 128 registers against 40-80).
 template <typename T, int N, int S>
 __device__ __forceinline__ void residual_row(const T* Ws, const T* Ag, const T* y, int i, T& ri, T& rs)
 {
     if constexpr (Group<N>::WARP) {
-        constexpr int V = 16 / sizeof(T);
-#pragma unroll
-        for (int k0 = 0; k0 < N; k0 += V) {
-            T c[V];
-            load16(y + k0, c);
-#pragma unroll
-            for (int t = 0; t < V; ++t) {
-                if (k0 + t >= N) continue;
-                const T aik = input_entry<T, N, S>(Ws, Ag, i, k0 + t);
-                ri += aik * c[t];
-                rs += fabs(aik);
-            }
-        }
+        lower_row_dot<T, N, S>(Ws, y, i, ri, rs);
     } else {
 #pragma unroll 1
         for (int k = 0; k < N; ++k) {
-            const T aik = input_entry<T, N, S>(Ws, Ag, i, k);
+            const T aik = k <= i ? Ag[i * N + k] : Ag[k * N + i];
             ri += aik * y[k];
             rs += fabs(aik);
         }

@@ -3,7 +3,7 @@
 // Fig. 9 eliminations). N threads per system, several systems per block; thread p owns equation p
 // of the PCR.
 // Outputs x (B, N, R), the PCR pivot ratio as condition estimate, the relative residual
-// (input_entry: from the shared copy for N <= 32), ok (all of x finite) and the input screening.
+// (residual_row: from the shared copy for N <= 32), ok (all of x finite) and the input screening.
 
 #include "householder.cuh"
 

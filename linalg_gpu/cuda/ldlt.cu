@@ -223,19 +223,7 @@ __global__ void __launch_bounds__(128) ldlt_solve(
             const int r = q + W * m;
             if (!own[m]) continue;
             T ri = -bm[m], rs = 0;
-#pragma unroll
-            for (int k0 = 0; k0 < N; k0 += V) {
-                T cx[V];
-                load16(sx + k0, cx);
-#pragma unroll
-                for (int t = 0; t < V; ++t) {
-                    const int k = k0 + t;
-                    if (k >= N) continue;
-                    const T v = sA[k <= r ? r * S + k : k * S + r];
-                    ri += v * cx[t];
-                    rs += fabs(v);
-                }
-            }
+            lower_row_dot<T, N, S>(sA, sx, r, ri, rs);
             rn = fmax(rn, fabs(ri));
             an = fmax(an, rs);
             xn = fmax(xn, fabs(z[m]));
