@@ -86,6 +86,21 @@ __device__ void stage_matrices(const T* Ablk, T* smem, int nsys)
     __syncthreads();
 }
 
+// The screening flags of one system from its lanes' partial maxima (max|A_ik|, max|A_ik - A_ki|,
+// non-finite entry seen): reduced over the lanes, written by lane 0. Every thread of the block calls it.
+template <typename T, int N>
+__device__ __forceinline__ void write_screening(T amax, T dasym, T bad, T* scratch, int i, bool active,
+                                                int* nonfinite, T* asym)
+{
+    amax = group_max<T, N>(amax, scratch, i);
+    dasym = group_max<T, N>(dasym, scratch, i);
+    bad = group_max<T, N>(bad, scratch, i);
+    if (active && i == 0) {
+        *nonfinite = bad > T(0) ? 1 : 0;
+        *asym = amax > T(0) ? dasym / amax : T(0);
+    }
+}
+
 // Per system: the input screening of solve_small (NaN/Inf in A or in the right-hand sides bi
 // of this lane, max |A_ik - A_ki| / max |A|), then W made symmetric from its lower triangle.
 // Lane 0 writes the flags. Every thread of the block calls this.
@@ -103,13 +118,7 @@ __device__ void screen_and_symmetrize(T* W, const T* bi, int nrhs, T* scratch, i
         }
         for (int r = 0; r < nrhs; ++r) if (!isfinite(bi[r])) bad = T(1);
     }
-    amax = group_max<T, N>(amax, scratch, i);
-    dasym = group_max<T, N>(dasym, scratch, i);
-    bad = group_max<T, N>(bad, scratch, i);
-    if (active && i == 0) {
-        *nonfinite = bad > T(0) ? 1 : 0;
-        *asym = amax > T(0) ? dasym / amax : T(0);
-    }
+    write_screening<T, N>(amax, dasym, bad, scratch, i, active, nonfinite, asym);
     gsync<N>();
     if (active) for (int k = i + 1; k < N; ++k) W[i * S + k] = W[k * S + i];
     gsync<N>();
@@ -151,13 +160,7 @@ __device__ void screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T*
         w[k] = k <= i ? vr : vc;
     }
     if (active) for (int r = 0; r < nrhs; ++r) if (!isfinite(bi[r])) bad = T(1);
-    amax = group_max<T, N>(amax, tmp, i);
-    dasym = group_max<T, N>(dasym, tmp, i);
-    bad = group_max<T, N>(bad, tmp, i);
-    if (active && i == 0) {
-        *nonfinite = bad > T(0) ? 1 : 0;
-        *asym = amax > T(0) ? dasym / amax : T(0);
-    }
+    write_screening<T, N>(amax, dasym, bad, tmp, i, active, nonfinite, asym);
     T m = 0;
 #pragma unroll
     for (int k = 0; k < N; ++k) m = fmax(m, fabs(w[k]));

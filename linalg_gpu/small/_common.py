@@ -55,7 +55,7 @@ def check_symmetric_input(A, fname, check_finite, assume_symmetric):
     return A, batch, A.shape[-1]
 
 
-#: Batches up to this many systems have their flags reduced on the host (see :func:`host_any`);
+#: Batches up to this many systems have their flags reduced on the host (see :func:`host_anys`);
 #: larger ones on the device, where the copy would cost more than the reduction.
 HOST_FLAGS_MAX = 1 << 16
 
