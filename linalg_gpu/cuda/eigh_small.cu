@@ -2,6 +2,7 @@
 // Householder tridiagonalization (Algorithm 2) + divide and conquer (Algorithm 3), one system per
 // group of N threads, and the truncated solve of the robust strategy (paper 001, section 5,
 // step 3): x = N_k diag(1/w_k) N_k^T b over the eigenvalues w > w_max / cond_max.
+// A system whose input holds NaN or Inf (flagged by the screening) gets NaN outputs.
 // `tree` is the division scheme of Fig. 13 from the host: [nleaves, (start, size)...,
 // nmerges, (start, n1, n2)...], merges deepest first.
 
@@ -48,7 +49,7 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
 
 template <typename T, int N>
 __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs,
-                           int* __restrict__ nonfinite, T* __restrict__ asym,
+                           bool* __restrict__ nonfinite, T* __restrict__ asym,
                            const int* __restrict__ tree, int* __restrict__ hitcap, long long batch, int spb)
 {
     constexpr int S = EigLayout<T, N>::S;
@@ -63,22 +64,21 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T
     int* ib;
     DCScratch<T> sc;
     eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
-    T none[1] = {T(0)};
-    screen_and_tridiagonalize<T, N, S>(W, none, 0, d, e, beta, tmp, i, active, nonfinite + sys0 + local,
-                                       asym + sys0 + local);
+    const long long s = sys0 + local;
+    const bool fin = screen_and_tridiagonalize<T, N, S>(A, 0, W, d, e, beta, tmp, i, active, nonfinite + s,
+                                                        asym + s);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
     apply_q_columns<T, N, S>(W, beta, sc.Q, i, active);
-    if (active) {
-        long long s = sys0 + local;
-        w[s * N + i] = sc.lam[i];
-        for (int k = 0; k < N; ++k) vecs[(s * N + k) * N + i] = sc.Q[k * S + i];
+    if (active) {                                             // NaN for input that is not finite
+        w[s * N + i] = fin ? sc.lam[i] : T(NAN);
+        for (int k = 0; k < N; ++k) vecs[(s * N + k) * N + i] = fin ? sc.Q[k * S + i] : T(NAN);
     }
 }
 
 template <typename T, int N>
 __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
                                    T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ndisc,
-                                   int* __restrict__ nonfinite, T* __restrict__ asym,
+                                   bool* __restrict__ nonfinite, T* __restrict__ asym,
                                    const int* __restrict__ tree, int* __restrict__ hitcap, T cond_max,
                                    long long batch, int nrhs, int spb)
 {
@@ -94,10 +94,9 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
     int* ib;
     DCScratch<T> sc;
     eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
-    T none[1] = {T(0)};
-    const T* bi = active ? b + ((sys0 + local) * N + i) * nrhs : none;
-    screen_and_tridiagonalize<T, N, S>(W, bi, active ? nrhs : 1, d, e, beta, tmp, i, active,
-                                       nonfinite + sys0 + local, asym + sys0 + local);
+    const long long s = sys0 + local;
+    const bool fin = screen_and_tridiagonalize<T, N, S>(b + s * N * nrhs, nrhs, W, d, e, beta, tmp, i, active,
+                                                        nonfinite + s, asym + s);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
     const T* O = sc.Q;
     T* red = sc.sc + 3;                                       // group_max scratch (block version)
@@ -107,10 +106,10 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
     const T lmin_abs = -group_max<T, N>(active ? -fabs(li) : -T(INFINITY), red, i);
     const T lmax_abs = fmax(fabs(sc.lam[0]), fabs(lmax));
     const int nd = (int)group_sum<T, N>(active && !keep ? T(1) : T(0), red, i);
-    const T* As = A + (sys0 + local) * N * N;
+    const T* As = A + s * N * N;
     T res_max = 0;
     for (int r = 0; r < nrhs; ++r) {
-        const T br = active ? b[((sys0 + local) * N + i) * nrhs + r] : T(0);
+        const T br = active ? b[(s * N + i) * nrhs + r] : T(0);
         if (active) y[i] = br;
         gsync<N>();
         apply_q<T, N, S>(W, beta, y, tmp, true, i, active);     // Q^T b
@@ -133,7 +132,7 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
         if (active) {
             residual_row<T, N, S>(W, As, y, i, ri, rs);
             xa = fabs(y[i]);
-            x[((sys0 + local) * N + i) * nrhs + r] = y[i];
+            x[(s * N + i) * nrhs + r] = fin ? y[i] : T(NAN);
         }
         const T rn = group_max<T, N>(fabs(ri), red, i), an = group_max<T, N>(rs, red, i);
         const T bn = group_max<T, N>(fabs(br), red, i), xn = group_max<T, N>(xa, red, i);
@@ -142,7 +141,6 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
         gsync<N>();
     }
     if (active && i == 0) {
-        long long s = sys0 + local;
         ndisc[s] = nd;
         cond[s] = lmax_abs / lmin_abs;
         resid[s] = res_max;

@@ -1,6 +1,8 @@
-// Householder tridiagonalization in shared memory, one system per group of N threads
-// (paper 001, section 4, eqs. 8-14, the collaborative version of Algorithm 2).
-// Included by householder_pcr.cu and eig_truncate.cu.
+// Householder tridiagonalization (paper 001, section 4, eqs. 8-14, the collaborative version of
+// Algorithm 2), three ways: in registers with R rows per lane (tridiagonalize_rows: Householder +
+// PCR, N <= 32 R), in registers with one row per lane (screen_tridiagonalize_regs: the eigen
+// kernels, N <= 32), or in shared memory with one row per thread of a block (tridiagonalize,
+// N > 32). Included by householder_pcr.cu and eigh_small.cu.
 #pragma once
 
 #include "common.cuh"
@@ -86,27 +88,13 @@ __device__ void stage_matrices(const T* Ablk, T* smem, int nsys)
     __syncthreads();
 }
 
-// The screening flags of one system from its lanes' partial maxima (max|A_ik|, max|A_ik - A_ki|,
-// non-finite entry seen): reduced over the lanes, written by lane 0. Every thread of the block calls it.
-template <typename T, int N>
-__device__ __forceinline__ void write_screening(T amax, T dasym, T bad, T* scratch, int i, bool active,
-                                                int* nonfinite, T* asym)
-{
-    amax = group_max<T, N>(amax, scratch, i);
-    dasym = group_max<T, N>(dasym, scratch, i);
-    bad = group_max<T, N>(bad, scratch, i);
-    if (active && i == 0) {
-        *nonfinite = bad > T(0) ? 1 : 0;
-        *asym = amax > T(0) ? dasym / amax : T(0);
-    }
-}
-
 // Per system: the input screening of solve_small (NaN/Inf in A or in the right-hand sides bi
-// of this lane, max |A_ik - A_ki| / max |A|), then W made symmetric from its lower triangle.
-// Lane 0 writes the flags. Every thread of the block calls this.
+// of this lane, max |A_ik - A_ki| / max |A|), then W made symmetric from its lower triangle, or
+// zero where the input is not finite. Lane 0 writes the flags. Returns whether the input is finite.
+// Every thread of the block calls this.
 template <typename T, int N, int S>
-__device__ void screen_and_symmetrize(T* W, const T* bi, int nrhs, T* scratch, int i, bool active,
-                                      int* nonfinite, T* asym)
+__device__ bool screen_and_symmetrize(T* W, const T* bi, int nrhs, T* scratch, int i, bool active,
+                                      bool* nonfinite, T* asym)
 {
     T amax = 0, dasym = 0, bad = 0;
     if (active) {
@@ -118,14 +106,25 @@ __device__ void screen_and_symmetrize(T* W, const T* bi, int nrhs, T* scratch, i
         }
         for (int r = 0; r < nrhs; ++r) if (!isfinite(bi[r])) bad = T(1);
     }
-    write_screening<T, N>(amax, dasym, bad, scratch, i, active, nonfinite, asym);
+    amax = group_max<T, N>(amax, scratch, i);
+    dasym = group_max<T, N>(dasym, scratch, i);
+    bad = group_max<T, N>(bad, scratch, i);
+    if (active && i == 0) {
+        *nonfinite = bad > T(0);
+        *asym = amax > T(0) ? dasym / amax : T(0);
+    }
     gsync<N>();
     if (active) for (int k = i + 1; k < N; ++k) W[i * S + k] = W[k * S + i];
     gsync<N>();
+    const bool fin = !(bad > T(0));
+    if (active && !fin) for (int k = 0; k < N; ++k) W[i * S + k] = T(0);
+    gsync<N>();
+    return fin;
 }
 
-// Shared-memory layout of one system's vectors: each starts on 16 bytes (VL apart), so that
-// screen_tridiagonalize_regs can broadcast u and q by 16-byte loads; WL is the padded N x S matrix.
+// Shared-memory layout of one system's vectors in the kernels with one row per lane: each starts on
+// 16 bytes (VL apart), so that screen_tridiagonalize_regs can broadcast u and q by 16-byte loads; WL
+// is the padded N x S matrix.
 template <int N>
 struct HHLayout {
     static constexpr int S = N | 1;                   // odd row stride: column reads without conflicts
@@ -133,96 +132,157 @@ struct HHLayout {
     static constexpr int WL = (N * S + 3) / 4 * 4;    // matrix stride
 };
 
-// N <= 32: the input screening of screen_and_symmetrize and the reduction of tridiagonalize, with
-// lane i holding row i of the symmetric matrix in registers. The lane reads its row and column of
-// the shared copy once: they give the screening (NaN/Inf, max |A_ik - A_ki|) and the row of the
-// matrix defined by the lower triangle; the copy is not symmetrized and keeps its lower triangle.
-// Symmetry gives lane i its entry x_i = W[r][i] of the row being reduced (its own column r), u and
-// q are broadcast through a shared buffer (16-byte loads: tmp must be 16-byte aligned, 2 VL long)
-// and the rank-2 update (eq. 13) touches registers only. The buffers hold u_k = q_k = 0 for k >= r,
-// so the loads may run past r to the next multiple of 16 bytes. On exit, as tridiagonalize(): d, e,
-// beta, and u_r in column r of W above the diagonal; the diagonal and the lower triangle of W are
-// the input. bi: the nrhs right-hand sides of row i (screened for NaN/Inf).
-template <typename T, int N, int S>
-__device__ void screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T* e, T* beta, T* tmp,
-                                           int i, bool active, int* nonfinite, T* asym)
+// Register rows (householder_pcr_solve, N <= 32 R): as in ldlt.cu, lane q of a segment of W lanes
+// (W a power of two dividing 32) owns rows i = q + W m, m < R, of one system; own[m]: row i exists
+// (and so does the system). A row lives in registers, NV long (16-byte padded with zeros).
+
+// The rows from global memory (Asys: N x N, bsys: N x nrhs) into registers and into the shared copy
+// sA (row stride S, 16-byte aligned), and the input screening of solve_small (NaN/Inf in A or b,
+// max |A_ik - A_ki| / max |A|; lane 0 writes the flags when the system exists). w gets the rows of
+// the symmetric matrix defined by the lower triangle; sA keeps the input.
+template <typename T, int N, int S, int W, int R, int NV>
+__device__ void load_screen_rows(const T* __restrict__ Asys, const T* __restrict__ bsys, int nrhs, T* sA,
+                                 T (&w)[R][NV], int q, const bool (&own)[R], bool valid, bool* nonfinite,
+                                 T* asym)
 {
-    constexpr int V = 16 / sizeof(T);
-    constexpr int NV = (N + V - 1) / V * V;           // row length in registers, 16-byte padded
-    T w[NV];
-    T amax = 0, dasym = 0, bad = 0;
+    T amax = 0, dasym = 0;
+    bool fin = true;
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-        const T vr = (active && k < N) ? W[i * S + k] : T(0), vc = (active && k < N) ? W[k * S + i] : T(0);
-        if (!isfinite(vr)) bad = T(1);
-        amax = fmax(amax, fabs(vr));
-        dasym = fmax(dasym, fabs(vr - vc));
-        w[k] = k <= i ? vr : vc;
+    for (int m = 0; m < R; ++m) {
+        const int i = q + W * m;
+        T t[N];
+        if (own[m]) {
+            load_row<T, N>(Asys + (size_t)i * N, t, sA + i * S);
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                fin = fin && isfinite(t[k]);
+                amax = fmax(amax, fabs(t[k]));
+            }
+            for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(bsys[(size_t)i * nrhs + c]);
+        }
+#pragma unroll
+        for (int k = 0; k < NV; ++k) w[m][k] = (own[m] && k < N) ? t[k < N ? k : 0] : T(0);
     }
-    if (active) for (int r = 0; r < nrhs; ++r) if (!isfinite(bi[r])) bad = T(1);
-    write_screening<T, N>(amax, dasym, bad, tmp, i, active, nonfinite, asym);
-    T m = 0;
+    __syncwarp();
 #pragma unroll
-    for (int k = 0; k < N; ++k) m = fmax(m, fabs(w[k]));
-    m = group_max<T, N>(m, tmp, i);
+    for (int m = 0; m < R; ++m) {
+        const int i = q + W * m;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            if (own[m] && k > i) {                              // A_ki from the lower triangle
+                const T c = sA[k * S + i];
+                dasym = fmax(dasym, fabs(w[m][k] - c));
+                w[m][k] = c;
+            }
+        }
+    }
+    amax = seg_max<T, W>(fin ? amax : T(INFINITY));
+    dasym = seg_max<T, W>(dasym);
+    if (valid && q == 0) {
+        *nonfinite = !isfinite(amax);
+        *asym = amax > T(0) ? dasym / amax : T(0);
+    }
+}
+
+// The reduction A = Q T Q^T (eqs. 8-14, the collaborative Algorithm 2) of the register rows w (from
+// load_screen_rows). At step r (N-1 down to 2) x = row r left of the diagonal, which lane i holds
+// as its own column r (symmetry); u and q are broadcast through the shared su, sq (16-byte aligned,
+// COL = 4 ceil(N / 4) long, read by 16-byte loads that run past r into entries that are 0) and
+// the rank-2 update (eq. 13) touches registers only; each broadcast and each shuffle serves the R
+// rows of a lane. The matrix is scaled by a power of 2 to max |A_ij| ~ 1 (exact; no under/overflow
+// in the squares). On exit: d[m] = T_ii and e[m] = T_i+1,i for row i = q + W m (0 past the end),
+// u_r in column r of sA above the diagonal (the lower triangle is left as it was), and
+// beta[r] = 1 / b_r (0 where H_r = I) for r >= 2.
+template <typename T, int N, int S, int W, int R, int NV>
+__device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta, int q,
+                                    const bool (&own)[R], T (&d)[R], T (&e)[R])
+{
+    constexpr int V = 16 / sizeof(T), COL = (N + 3) / 4 * 4;
+    T mx = 0;
+#pragma unroll
+    for (int m = 0; m < R; ++m)
+#pragma unroll
+        for (int k = 0; k < N; ++k) mx = fmax(mx, fabs(w[m][k]));
+    mx = seg_max<T, W>(mx);
     int ex = 0;
-    frexp((m > T(0) && isfinite(m)) ? m : T(1), &ex);
-    const T scale = ldexp(T(1), ex);                  // a power of 2: the scaling is exact
+    frexp((mx > T(0) && isfinite(mx)) ? mx : T(1), &ex);
+    const T scale = ldexp(T(1), ex);
 #pragma unroll
-    for (int k = 0; k < N; ++k) w[k] /= scale;
-    T* su = tmp;                                      // broadcast buffers: u, then q
-    T* sq = tmp + HHLayout<N>::VL;
-    const int base = (threadIdx.x & 31) - i;          // lane of row 0 of this system
+    for (int m = 0; m < R; ++m) {
+        d[m] = T(0);
+        e[m] = T(0);
+#pragma unroll
+        for (int k = 0; k < N; ++k) w[m][k] /= scale;
+    }
+    for (int k = q; k < COL; k += W) { su[k] = T(0); sq[k] = T(0); }   // entries past W R stay 0
+    __syncwarp();
 #pragma unroll
     for (int r = N - 1; r >= 2; --r) {
-        const T xi = (i < r - 1) ? w[r] : T(0);       // W[r][i] = W[i][r]
-        const T head2 = group_sum<T, N>(xi * xi, tmp, i);
-        const T xl = __shfl_sync(0xffffffffu, w[r], base + r - 1);
+        T x[R], u[R], p[R], qv[R], h = 0;
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+            x[m] = q + W * m < r - 1 ? w[m][r] : T(0);          // W[r][i] = W[i][r]
+            h += x[m] * x[m];
+        }
+        const T head2 = seg_sum<T, W>(h);
+        const T xl = __shfl_sync(0xffffffffu, w[(r - 1) / W][r], (r - 1) % W, W);
         const T sigma = sqrt(head2 + xl * xl);
         const T alpha = xl >= T(0) ? -sigma : sigma;
         const bool act = head2 > T(0);
         const T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
-        const T ui = !act ? T(0) : (i < r - 1 ? xi : (i == r - 1 ? xl - alpha : T(0)));
-        if (i < NV) su[i] = ui;                       // lanes >= r (and >= N) write 0
-        __syncwarp();
-        T pi = 0;
 #pragma unroll
-        for (int k0 = 0; k0 < r; k0 += V) {           // p = W u / b   (eq. 12)
+        for (int m = 0; m < R; ++m) {                           // u (eq. 11); 0 for rows >= r
+            const int i = q + W * m;
+            u[m] = !act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? xl - alpha : T(0)));
+            if (i < COL) su[i] = u[m];
+            p[m] = T(0);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int k0 = 0; k0 < r; k0 += V) {                     // p = W u / b   (eq. 12)
             T c[V];
             load16(su + k0, c);
 #pragma unroll
-            for (int t = 0; t < V; ++t) pi += w[k0 + t] * c[t];
+            for (int t = 0; t < V; ++t)
+#pragma unroll
+                for (int m = 0; m < R; ++m) p[m] += w[m][k0 + t] * c[t];
         }
-        pi *= inv_b;
-        if (i >= r) pi = T(0);
-        const T Bi = group_sum<T, N>(pi * ui, tmp, i) * inv_b / T(2);
-        const T qi = pi - Bi * ui;                     // q = p - B u
-        if (i < NV) sq[i] = qi;
+        T pu = 0;
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+            p[m] = q + W * m < r ? p[m] * inv_b : T(0);
+            pu += p[m] * u[m];
+        }
+        const T Bi = seg_sum<T, W>(pu) * inv_b / T(2);
+#pragma unroll
+        for (int m = 0; m < R; ++m) {                           // q = p - B u
+            const int i = q + W * m;
+            qv[m] = p[m] - Bi * u[m];
+            if (i < COL) sq[i] = qv[m];
+        }
         __syncwarp();
-        if (i < r) {
 #pragma unroll
-            for (int k0 = 0; k0 < r; k0 += V) {       // eq. (13)
-                T cu[V], cq[V];
-                load16(su + k0, cu);
-                load16(sq + k0, cq);
+        for (int k0 = 0; k0 < r; k0 += V) {                     // eq. (13), rows < r
+            T cu[V], cq[V];
+            load16(su + k0, cu);
+            load16(sq + k0, cq);
 #pragma unroll
-                for (int t = 0; t < V; ++t) w[k0 + t] -= qi * cu[t] + ui * cq[t];
-            }
+            for (int t = 0; t < V; ++t)
+#pragma unroll
+                for (int m = 0; m < R; ++m)
+                    if (W * m < r && q + W * m < r) w[m][k0 + t] -= qv[m] * cu[t] + u[m] * cq[t];
         }
-        if (active && i < r) W[i * S + r] = ui;        // u_r in column r (for apply_q)
-        if (active && i == 0) {
-            beta[r] = inv_b;
-            e[r - 1] = (act ? alpha : xl) * scale;
-        }
+#pragma unroll
+        for (int m = 0; m < R; ++m)                             // u_r in column r (for apply_q)
+            if (W * m < r && own[m] && q + W * m < r) sA[(q + W * m) * S + r] = u[m];
+        if (q == 0) beta[r] = inv_b;
+        if (q == (r - 1) % W) e[(r - 1) / W] = (act ? alpha : xl) * scale;
+        if (q == r % W) d[r / W] = w[r / W][r] * scale;        // row r is final from step r on
         __syncwarp();
     }
-    T di = 0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) di = (k == i) ? w[k] : di;
-    if (active) d[i] = di * scale;
-    if (active && i == 1) e[0] = w[0] * scale;
-    if (active && i == 0) { beta[0] = 0; if (N > 1) beta[1] = 0; }
-    __syncwarp();
+    if (q == 0) d[0] = w[0][0] * scale;
+    if (N > 1 && q == 1 % W) d[1 / W] = w[1 / W][1 < NV ? 1 : 0] * scale;
+    if (N > 1 && q == 0) e[0] = w[0][1 < NV ? 1 : 0] * scale;
 }
 
 // W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form.
@@ -320,18 +380,131 @@ __device__ __forceinline__ void residual_row(const T* Ws, const T* Ag, const T* 
     }
 }
 
-// The input screening and the reduction to tridiagonal form of every kernel (see
-// screen_and_symmetrize, tridiagonalize and screen_tridiagonalize_regs). Every thread of the block
-// calls this.
+// The eigen kernels, N <= 32: the input screening of screen_and_symmetrize and the reduction of
+// tridiagonalize with lane i holding row i in registers (tridiagonalize_rows with one row per lane,
+// written out: the same steps, u and q broadcast by 16-byte loads from tmp, 2 VL long). The lane
+// reads row and column i of the staged copy W once: they give the screening and the row of the
+// matrix defined by the lower triangle; a system whose input is not finite is reduced as zero. On
+// exit, as tridiagonalize(): d, e, beta, u_r in column r of W above the diagonal; the lower
+// triangle of W is the input. bi: the nrhs right-hand sides of row i. Returns whether the input is
+// finite.
+// Why not tridiagonalize_rows<..., R = 1>: in eigh_small<float, 32> it left the same d, e and beta
+// (bitwise, but e_0) and the same secular-equation iteration counts, yet the divide and conquer
+// after it ran 50 % longer (38.0 against 25.5 ms for 2^17 systems, float64 120 against 86 ms; also
+// with the divide and conquer __noinline__). Measured on the H100; the cause was not found (the
+// kernel's code is 170 KB: the instruction cache is the suspect).
 template <typename T, int N, int S>
-__device__ void screen_and_tridiagonalize(T* W, const T* bi, int nrhs, T* d, T* e, T* beta, T* tmp,
-                                          int i, bool active, int* nonfinite, T* asym)
+__device__ bool screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T* e, T* beta, T* tmp,
+                                           int i, bool active, bool* nonfinite, T* asym)
+{
+    constexpr int V = 16 / sizeof(T);
+    constexpr int NV = (N + V - 1) / V * V;           // row length in registers, 16-byte padded
+    T w[NV];
+    T amax = 0, dasym = 0, bad = 0;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const T vr = (active && k < N) ? W[i * S + k] : T(0), vc = (active && k < N) ? W[k * S + i] : T(0);
+        if (!isfinite(vr)) bad = T(1);
+        amax = fmax(amax, fabs(vr));
+        dasym = fmax(dasym, fabs(vr - vc));
+        w[k] = k <= i ? vr : vc;
+    }
+    if (active) for (int r = 0; r < nrhs; ++r) if (!isfinite(bi[r])) bad = T(1);
+    amax = group_max<T, N>(amax, tmp, i);
+    dasym = group_max<T, N>(dasym, tmp, i);
+    bad = group_max<T, N>(bad, tmp, i);
+    if (active && i == 0) {
+        *nonfinite = bad > T(0);
+        *asym = amax > T(0) ? dasym / amax : T(0);
+    }
+    const bool fin = !(bad > T(0));
+#pragma unroll
+    for (int k = 0; k < NV; ++k) w[k] = fin ? w[k] : T(0);
+    T m = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) m = fmax(m, fabs(w[k]));
+    m = group_max<T, N>(m, tmp, i);
+    int ex = 0;
+    frexp((m > T(0) && isfinite(m)) ? m : T(1), &ex);
+    const T scale = ldexp(T(1), ex);                  // a power of 2: the scaling is exact
+#pragma unroll
+    for (int k = 0; k < N; ++k) w[k] /= scale;
+    T* su = tmp;                                      // broadcast buffers: u, then q
+    T* sq = tmp + HHLayout<N>::VL;
+    const int base = (threadIdx.x & 31) - i;          // lane of row 0 of this system
+#pragma unroll
+    for (int r = N - 1; r >= 2; --r) {
+        const T xi = (i < r - 1) ? w[r] : T(0);       // W[r][i] = W[i][r]
+        const T head2 = group_sum<T, N>(xi * xi, tmp, i);
+        const T xl = __shfl_sync(0xffffffffu, w[r], base + r - 1);
+        const T sigma = sqrt(head2 + xl * xl);
+        const T alpha = xl >= T(0) ? -sigma : sigma;
+        const bool act = head2 > T(0);
+        const T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
+        const T ui = !act ? T(0) : (i < r - 1 ? xi : (i == r - 1 ? xl - alpha : T(0)));
+        if (i < NV) su[i] = ui;                       // lanes >= r (and >= N) write 0
+        __syncwarp();
+        T pi = 0;
+#pragma unroll
+        for (int k0 = 0; k0 < r; k0 += V) {           // p = W u / b   (eq. 12)
+            T c[V];
+            load16(su + k0, c);
+#pragma unroll
+            for (int t = 0; t < V; ++t) pi += w[k0 + t] * c[t];
+        }
+        pi *= inv_b;
+        if (i >= r) pi = T(0);
+        const T Bi = group_sum<T, N>(pi * ui, tmp, i) * inv_b / T(2);
+        const T qi = pi - Bi * ui;                     // q = p - B u
+        if (i < NV) sq[i] = qi;
+        __syncwarp();
+        if (i < r) {
+#pragma unroll
+            for (int k0 = 0; k0 < r; k0 += V) {       // eq. (13)
+                T cu[V], cq[V];
+                load16(su + k0, cu);
+                load16(sq + k0, cq);
+#pragma unroll
+                for (int t = 0; t < V; ++t) w[k0 + t] -= qi * cu[t] + ui * cq[t];
+            }
+        }
+        if (active && i < r) W[i * S + r] = ui;        // u_r in column r (for apply_q)
+        if (active && i == 0) {
+            beta[r] = inv_b;
+            e[r - 1] = (act ? alpha : xl) * scale;
+        }
+        __syncwarp();
+    }
+    T di = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) di = (k == i) ? w[k] : di;
+    if (active) d[i] = di * scale;
+    if (active && i == 1) e[0] = w[0] * scale;
+    if (active && i == 0) { beta[0] = 0; if (N > 1) beta[1] = 0; }
+    __syncwarp();
+    return fin;
+}
+
+// The input screening and the reduction to tridiagonal form with one row per lane (the eigen
+// kernels, and Householder + PCR for N > 32), one system per group of Group<N>::W lanes, on the
+// matrix that stage_matrices put into W. N <= 32: screen_tridiagonalize_regs; above:
+// screen_and_symmetrize and tridiagonalize. bsys: the system's
+// nrhs right-hand sides in global memory; active: the system exists and lane i has a row.
+// A system whose input is not finite is reduced as the zero matrix (NaN would derail the index
+// arithmetic of the divide and conquer); returns whether the input is finite. Every thread of the
+// block calls this.
+template <typename T, int N, int S>
+__device__ bool screen_and_tridiagonalize(const T* bsys, int nrhs, T* W, T* d, T* e, T* beta, T* tmp, int i,
+                                          bool active, bool* nonfinite, T* asym)
 {
     if constexpr (Group<N>::WARP) {
-        screen_tridiagonalize_regs<T, N, S>(W, bi, nrhs, d, e, beta, tmp, i, active, nonfinite, asym);
+        return screen_tridiagonalize_regs<T, N, S>(W, bsys + (size_t)i * nrhs, nrhs, d, e, beta, tmp, i, active,
+                                                   nonfinite, asym);
     } else {
-        screen_and_symmetrize<T, N, S>(W, bi, nrhs, tmp, i, active, nonfinite, asym);
+        const bool fin = screen_and_symmetrize<T, N, S>(W, bsys + (size_t)i * nrhs, nrhs, tmp, i, active,
+                                                        nonfinite, asym);
         tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
+        return fin;
     }
 }
 
@@ -347,4 +520,24 @@ __device__ void apply_q(const T* W, const T* beta, T* y, T* tmp, bool transpose,
         if (active && i < r) y[i] -= ur * s;             // beta_r = 0: H_r = I
     }
     gsync<N>();
+}
+
+// y <- Q^T y (TRANSPOSE) or Q y for the register rows: lane q holds y_i of its rows i = q + W m.
+// Q = H_{N-1} ... H_2 with u_r in column r of sA (rows < r) and beta[r] = 1 / b_r (eq. 14).
+template <bool TRANSPOSE, typename T, int N, int S, int W, int R>
+__device__ __forceinline__ void apply_q_rows(const T* sA, const T* beta, T (&y)[R], int q, const bool (&own)[R])
+{
+#pragma unroll
+    for (int t = 2; t < N; ++t) {
+        const int r = TRANSPOSE ? N + 1 - t : t;
+        T u[R], s = 0;
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+            u[m] = (W * m < r && own[m] && q + W * m < r) ? sA[(q + W * m) * S + r] : T(0);
+            s += u[m] * y[m];
+        }
+        s = seg_sum<T, W>(s) * beta[r];
+#pragma unroll
+        for (int m = 0; m < R; ++m) y[m] -= u[m] * s;
+    }
 }

@@ -28,48 +28,6 @@
 
 #include "common.cuh"
 
-// A row of N entries from global memory into registers (by 16-byte loads when rows allow them)
-// and into its row of the shared copy.
-template <typename T, int N>
-__device__ __forceinline__ void load_row(const T* __restrict__ src, T* dst, T* shared_row)
-{
-    if constexpr ((N * sizeof(T)) % 16 == 0) {
-#pragma unroll
-        for (int k = 0; k < N; k += 16 / sizeof(T)) load16(src + k, dst + k);
-    } else {
-#pragma unroll
-        for (int k = 0; k < N; ++k) dst[k] = src[k];
-    }
-#pragma unroll
-    for (int k = 0; k < N; ++k) shared_row[k] = dst[k];
-}
-
-template <typename T, int W>
-__device__ __forceinline__ T seg_max(T v)
-{
-#pragma unroll
-    for (int o = W / 2; o > 0; o /= 2) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o, W));
-    return v;
-}
-
-template <typename T, int N, int W>
-struct RowsLayout {
-    static_assert(32 % W == 0 && N <= 64, "W divides 32, N <= 64");
-    static constexpr int R = (N + W - 1) / W;                 // rows per lane
-    static constexpr int SPW = 32 / W;                        // systems per warp
-    static constexpr int S = N | 1;                           // odd row stride
-    static constexpr int V = 16 / sizeof(T);                  // elements per 16 bytes
-    static constexpr int NB = 128 / sizeof(T);                // elements per 32 banks
-    static constexpr int COL = (N + 3) / 4 * 4;               // column buffer, 16-byte padded
-    // Shared memory: the copies of A of all systems of the block (PA elements each), then their
-    // column, solution and right-hand-side buffers (PC each, 16-byte aligned). PA = W S (mod NB)
-    // puts lane l's row on bank l S of the warp across its systems, and PC = V (mod 2 V) puts the
-    // 16-byte column reads of the (up to 8) systems of a quarter warp on distinct banks.
-    static constexpr int PA = N * S + ((W * S - N * S) % NB + NB) % NB;
-    static constexpr int PC = 3 * COL + (V - 3 * COL % (2 * V) + 2 * V) % (2 * V);
-    __host__ __device__ static constexpr int len(int m) { return W * (m + 1) < N ? W * (m + 1) : N; }  // entries of row block m
-};
-
 template <typename T, int N, int W>
 __global__ void __launch_bounds__(128) ldlt_solve(
     const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x, T* __restrict__ cond,

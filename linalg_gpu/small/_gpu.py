@@ -27,11 +27,19 @@ def _max_shared(device_id):
     return int(cp.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"])
 
 
+_SHMEM_SET = {}      # id(kernel) -> (kernel, the dynamic shared memory it was allowed): attributes set once
+
+
 def _prefer_shared(fn, shmem):
-    """Ask for the largest shared-memory carveout: the kernels are limited by shared memory per SM."""
+    """Ask for the largest shared-memory carveout: the kernels are limited by shared memory per SM.
+    The attributes are set on a kernel's first launch (or when it needs more shared memory): each
+    setting is a driver call on the path of every solve."""
+    if _SHMEM_SET.get(id(fn), (None, -1))[1] >= shmem:
+        return
     if shmem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = shmem
     fn.preferred_shared_memory_carveout = 100
+    _SHMEM_SET[id(fn)] = (fn, shmem)
 
 
 def _lanes(n):
@@ -92,8 +100,9 @@ def _ldlt_lanes(n, itemsize):
     return w
 
 
-def _ldlt_layout(n, w, itemsize):
-    """Shared elements per system of cuda/ldlt.cu: RowsLayout::PA + RowsLayout::PC."""
+def _rows_layout(n, w, itemsize):
+    """Shared elements per system of the register-row kernels (cuda/ldlt.cu, cuda/householder_pcr.cu):
+    RowsLayout::PA + RowsLayout::PC of cuda/common.cuh."""
     s, v, nb, col = n | 1, 16 // itemsize, 128 // itemsize, (n + 3) // 4 * 4
     return n * s + (w * s - n * s) % nb + 3 * col + (v - 3 * col % (2 * v)) % (2 * v)
 
@@ -110,7 +119,7 @@ def ldlt_stage(A, b, screen=False):
     w = _ldlt_lanes(n, A.dtype.itemsize)
     threads = 32 if n <= 32 else 128                       # measured: float64 n = 16 1.55 against
     spb = threads // w                                     # 1.78 ms (128), n = 64 24.1 against 29.0 ms (32)
-    shmem = spb * _ldlt_layout(n, w, A.dtype.itemsize) * A.dtype.itemsize + 16
+    shmem = spb * _rows_layout(n, w, A.dtype.itemsize) * A.dtype.itemsize + 16
     fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n, w)
     _prefer_shared(fn, shmem)
     if B:
@@ -123,7 +132,30 @@ def ldlt_stage(A, b, screen=False):
 def _flags(B, dtype):
     import cupy as cp
 
-    return cp.empty(B, dtype=np.int32), cp.empty(B, dtype=dtype)
+    return cp.empty(B, dtype=bool), cp.empty(B, dtype=dtype)
+
+
+def _hh_lanes(n, itemsize):
+    """Lanes per system W of householder_pcr_solve (R = ceil(n / W) rows per lane, in registers), or
+    0 for householder_pcr_block (one row per thread in shared memory: float64 n > 32).
+
+    The rule, from a sweep of W on the H100 (2^20 systems, kernel, each W at its best register cap):
+    the most rows per lane, up to 4, whose entries take at most 256 bytes of registers (R n itemsize;
+    float32 n = 64 needs R = 2). Measured: float32 n = 8 W = 2 0.31 ms (W = 4 0.38, W = 8 0.57), n = 16
+    W = 4 1.38 ms (W = 8 1.72, W = 16 2.60), n = 32 W = 16 11.1 ms (W = 8 14.0, W = 32 14.0), n = 64
+    W = 32 26.4 ms (W = 16 85 ms); float64 n = 8 W = 2 0.61 ms (W = 4 0.71), n = 16 W = 8 4.0 ms
+    (W = 4 4.6), n = 32 W = 32 28.7 ms (W = 16 29.6); float64 n = 64 W = 32 127 ms against 102 ms for
+    the block kernel.
+    """
+    if n > 32 and itemsize == 8:
+        return 0
+    rows = 4
+    while rows > 1 and rows * n * itemsize > 256 and -(-n // (rows // 2)) <= 32:
+        rows //= 2
+    w = 1
+    while w * rows < n:
+        w *= 2
+    return w
 
 
 def _hh_layout(n):
@@ -133,19 +165,30 @@ def _hh_layout(n):
 
 def householder_pcr_stage(A, b):
     """Householder + Q^T b + PCR (the Fig. 9 eliminations in stride form) + Q z + residual + screening:
-    cuda/householder_pcr.cu."""
+    cuda/householder_pcr.cu, with ``_hh_lanes`` lanes per system (R rows per lane in registers,
+    four warps per block), or its block kernel."""
     import cupy as cp
 
     B, n, r = b.shape
     x, cond, resid = _outputs(b)
-    ok = cp.empty(B, dtype=np.int32)
+    ok = cp.empty(B, dtype=bool)
     nonfinite, asym = _flags(B, A.dtype)
-    fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n)
-    wl, vl = _hh_layout(n)
-    per = (wl + 12 * vl) * A.dtype.itemsize
-    _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r),
-                                        np.int32(spb)))
-    return x, cond, cp.zeros(B, dtype=np.int32), ok.astype(bool), resid, nonfinite.astype(bool), asym
+    w = _hh_lanes(n, A.dtype.itemsize)
+    if w:
+        spb = THREADS // w
+        shmem = spb * _rows_layout(n, w, A.dtype.itemsize) * A.dtype.itemsize + 16
+        fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n, w)
+        _prefer_shared(fn, shmem)
+        if B:
+            fn(((B + spb - 1) // spb,), (THREADS,), (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B),
+                                                   np.int32(r)), shared_mem=shmem)
+    else:
+        fn = get_function("householder_pcr.cu", "householder_pcr_block", A.dtype, n)
+        wl, vl = _hh_layout(n)
+        per = (wl + 12 * vl) * A.dtype.itemsize
+        _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r),
+                                            np.int32(spb)))
+    return x, cond, cp.zeros(B, dtype=np.int32), ok, resid, nonfinite, asym
 
 
 def _eig_bytes(n, itemsize):
@@ -167,7 +210,7 @@ def eig_truncate_stage(A, b, cond_max):
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
             lambda spb: (A, b, x, cond, resid, ndisc, nonfinite, asym, tree, hit, A.dtype.type(cond_max),
                          np.int64(B), np.int32(r), np.int32(spb)))
-    return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid, nonfinite.astype(bool), asym
+    return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid, nonfinite, asym
 
 
 def eigh_small(A):
@@ -183,7 +226,7 @@ def eigh_small(A):
     fn = get_function("eigh_small.cu", "eigh_small", A.dtype, n)
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
             lambda spb: (A, w, V, nonfinite, asym, tree, hit, np.int64(B), np.int32(spb)))
-    return w, V, nonfinite.astype(bool), asym
+    return w, V, nonfinite, asym
 
 
 def first_stage_flags(ok, nonfinite, residual, asym, start_codes, rtol, asym_max, ldlt):

@@ -374,15 +374,15 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     # run on the systems that failed (gathered, i.e. compacted on the device) and are scattered back.
     x, cond, n_disc, ok, residual, nonfinite, asym = _stage(xp, stages[0], cond_max)(
         Af, bf, n, assume_symmetric, True)
+    # a memset where the code is 0: cupy's fill kernel costs tens of microseconds of host time
+    first = STAGES.index(stages[0])
+    code = xp.full(B, first, dtype=np.int8) if first else xp.zeros(B, dtype=np.int8)
     # the flags in one pass (on the GPU one kernel and one synchronization); with a per-system
     # memory, systems that needed a later stage last time go straight to it
     flags = first_stage_flags if xp is np else _gpu.first_stage_flags
     breakdown, redo, (any_nonfinite, any_asym, any_failed, any_redo) = flags(
         ok, nonfinite, residual, asym, start_codes, rtol, C.SYMMETRY_RTOL * np.finfo(dt).eps, stages[0] == "ldlt")
     C.raise_for_flags(A, [A, b], ["A", "b"], check_finite and any_nonfinite, not assume_symmetric and any_asym)
-    # a memset where the code is 0: cupy's fill kernel costs tens of microseconds of host time
-    first = STAGES.index(stages[0])
-    code = xp.full(B, first, dtype=np.int8) if first else xp.zeros(B, dtype=np.int8)
     if any_failed:
         x[~ok] = np.nan
     todo = C.host_flatnonzero(xp, redo) if len(stages) > 1 and any_redo else xp.arange(0)
@@ -409,14 +409,15 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
         residual[nonfinite] = np.nan
         cond[nonfinite] = np.nan
 
-    report = SolverReport(method_code=code.reshape(batch), residual=residual.reshape(batch),
-                          n_discarded=n_disc.reshape(batch), cond_estimate=cond.reshape(batch),
-                          breakdown=breakdown.reshape(batch), ok=ok.reshape(batch),
-                          nonfinite=nonfinite.reshape(batch), start_method=start, rtol=rtol,
+    def shaped(a):                                                    # (a view costs host time)
+        return a if a.shape == batch else a.reshape(batch)
+    report = SolverReport(method_code=shaped(code), residual=shaped(residual), n_discarded=shaped(n_disc),
+                          cond_estimate=shaped(cond), breakdown=shaped(breakdown), ok=shaped(ok),
+                          nonfinite=shaped(nonfinite), start_method=start, rtol=rtol,
                           cond_max=cond_max, key=key, start_codes=start_codes)
     if memory is not None:
         memory.record(key, report)
-    x = x.reshape(batch + x.shape[1:])
+    x = x if x.shape[:-2] == batch else x.reshape(batch + x.shape[1:])
     x = x[..., 0] if vec else x
     if return_report:
         return x, report

@@ -181,3 +181,38 @@ def test_ldlt_flags_match_numpy_twin(rng, n, dtype):
         S[bad[5], n - 1, 0] += 0.1                          # not symmetric: named
         with pytest.raises(ValueError, match=f"symmetric.*{bad[5]}"):
             lg.solve_small(cp.asarray(S), cp.ones((B, n), dtype=dtype), method="ldlt")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("method", ["householder_pcr", "eig_truncate"])
+def test_fallback_kernels_screen_like_numpy_twin(rng, n, dtype, method):
+    """The input screening of cuda/householder_pcr.cu and cuda/eigh_small.cu (the flags of a first
+    stage): NaN above and Inf below the diagonal of A, Inf in b, an asymmetric system named; on a
+    batch that does not fill the last block."""
+    B = 301
+    A = spd(rng, B, n, dtype)
+    b = rng.standard_normal((B, n)).astype(dtype)
+    bad = rng.choice(B, 4, replace=False)
+    A[bad[0], 0, n - 1] = np.nan
+    A[bad[1], n - 1, 0] = np.inf
+    b[bad[2], n // 2] = np.inf
+    kw = dict(method=method, return_report=True, check_finite=False)
+    x_c, r_c = lg.solve_small(A, b, **kw)
+    x_g, r_g = lg.solve_small(cp.asarray(A), cp.asarray(b), **kw)
+    nf = r_g.nonfinite.get()
+    assert set(np.flatnonzero(nf)) == set(bad[:3]) and (nf == r_c.nonfinite).all()
+    xg = x_g.get()
+    assert np.isnan(xg[nf]).all() and np.isfinite(xg[~nf]).all()
+    assert (r_g.method[nf] == "none").all() and bool(r_g.ok.get()[~nf].all())
+    with pytest.raises(ValueError, match="A"):
+        lg.solve_small(cp.asarray(A), cp.asarray(b), method=method)
+    if n > 1:
+        S = spd(rng, B, n, dtype)
+        S[bad[3], n - 1, 0] += 0.1
+        with pytest.raises(ValueError, match=f"symmetric.*{bad[3]}"):
+            lg.solve_small(cp.asarray(S), cp.ones((B, n), dtype=dtype), method=method)
+        with pytest.raises(ValueError, match=f"symmetric.*{bad[3]}"):
+            lg.eigh_small(cp.asarray(S))
+    with pytest.raises(ValueError, match="A"):
+        lg.eigh_small(cp.asarray(A))
