@@ -67,8 +67,8 @@ struct RowsLayout {
     static constexpr int NB = 128 / sizeof(T);                // elements per 32 banks
     static constexpr int COL = (N + 3) / 4 * 4;               // column buffer, 16-byte padded
     // Shared memory: the copies of A of all systems of the block (PA elements each), then three
-    // vectors of COL per system (PC each, 16-byte aligned; ldlt.cu: column, solution, right-hand
-    // side; householder.cuh: u, q, beta). PA = W S (mod NB)
+    // vectors of COL per system (PC each, 16-byte aligned; ldlt.cu: column, solution;
+    // householder_pcr.cu: u (then x), q, beta). PA = W S (mod NB)
     // puts lane l's row on bank l S of the warp across its systems, and PC = V (mod 2 V) puts the
     // 16-byte column reads of the (up to 8) systems of a quarter warp on distinct banks.
     static constexpr int PA = N * S + ((W * S - N * S) % NB + NB) % NB;
@@ -96,6 +96,37 @@ __device__ __forceinline__ void lower_row_dot(const T* sA, const T* x, int r, T&
             rs += fabs(v);
         }
     }
+}
+
+// The relative residual ||A x - b||_inf / (||A||_inf ||x||_inf + ||b||_inf) of one right-hand side of
+// a system held as register rows (lane q of a segment of W owns rows q + W m; own[m]: the row
+// exists): A from the lower triangle of its shared copy sA, x by 16-byte broadcasts from sx, where
+// the caller put the lanes' xv and synchronized. Also writes xv to the output column xout (row stride
+// nrhs). Returned to every lane of the segment; infinite where x or the quotient is not finite.
+// Used by ldlt.cu and householder_pcr.cu.
+template <typename T, int N, int S, int W, int R>
+__device__ __forceinline__ T rows_residual(const T* sA, const T* sx, const T (&bm)[R], const T (&xv)[R],
+                                           const bool (&own)[R], int q, T* xout, int nrhs)
+{
+    T rn = 0, an = 0, xn = 0, bn = 0;
+#pragma unroll
+    for (int m = 0; m < R; ++m) {
+        if (!own[m]) continue;
+        const int i = q + W * m;
+        T ri = -bm[m], rs = 0;
+        lower_row_dot<T, N, S>(sA, sx, i, ri, rs);
+        rn = fmax(rn, fabs(ri));
+        an = fmax(an, rs);
+        bn = fmax(bn, fabs(bm[m]));
+        xn = fmax(xn, isfinite(xv[m]) ? fabs(xv[m]) : T(INFINITY));
+        xout[(size_t)i * nrhs] = xv[m];
+    }
+    rn = seg_max<T, W>(rn);
+    an = seg_max<T, W>(an);
+    xn = seg_max<T, W>(xn);
+    bn = seg_max<T, W>(bn);
+    const T rel = rn == T(0) ? T(0) : rn / (an * xn + bn);
+    return isfinite(xn) && isfinite(rel) ? rel : T(INFINITY);
 }
 
 // The threads of one system: W lanes. For N <= 32 a system lives inside one warp (N lanes when N

@@ -152,31 +152,18 @@ __global__ void __launch_bounds__(128, hh_min_blocks<T, N, W>()) householder_pcr
         for (int m = 0; m < R; ++m)
             if (own[m]) su[q + W * m] = y[m];
         __syncwarp();
-        // ||A x - b||_inf / (||A||_inf ||x||_inf + ||b||_inf), max and min |PCR pivot|; a non-finite
-        // x_i counts as |x_i| = inf
-        T rn = 0, an = 0, bn = 0, xn = 0, pmax = 0, pmin = T(INFINITY);
+        // the relative residual (infinite where x is not finite), max and min |PCR pivot|
+        const T rel = rows_residual<T, N, S, W, R>(sA, su, bm, y, own, q, x + (size_t)sys * N * nrhs + c, nrhs);
+        T pmax = 0, pmin = T(INFINITY);
 #pragma unroll
         for (int m = 0; m < R; ++m) {
             if (!own[m]) continue;
-            const int i = q + W * m;
-            T ri = -bm[m], rs = 0;
-            lower_row_dot<T, N, S>(sA, su, i, ri, rs);
-            rn = fmax(rn, fabs(ri));
-            an = fmax(an, rs);
-            bn = fmax(bn, fabs(bm[m]));
-            xn = fmax(xn, isfinite(y[m]) ? fabs(y[m]) : T(INFINITY));
             pmax = fmax(pmax, fabs(pd[m]));
             pmin = fmin(pmin, fabs(pd[m]));
-            x[((size_t)sys * N + i) * nrhs + c] = y[m];
         }
-        rn = seg_max<T, W>(rn);
-        an = seg_max<T, W>(an);
-        bn = seg_max<T, W>(bn);
-        xn = seg_max<T, W>(xn);
         pmax = seg_max<T, W>(pmax);
         pmin = -seg_max<T, W>(-pmin);
-        T rel = rn == T(0) ? T(0) : rn / (an * xn + bn);
-        if (!isfinite(xn) || !isfinite(rel)) { rel = INFINITY; good = false; }
+        good = good && isfinite(rel);
         res_max = fmax(res_max, rel);
         cmax = fmax(cmax, pmax / pmin);
         __syncwarp();

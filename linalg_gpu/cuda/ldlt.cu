@@ -47,7 +47,6 @@ __global__ void __launch_bounds__(128) ldlt_solve(
     T* sA = smem + (size_t)slot * L::PA;              // original rows (padded)
     T* col = smem + ((size_t)slots * L::PA + V - 1) / V * V + (size_t)slot * L::PC;  // published column
     T* sx = col + L::COL;                             // solution
-    T* sb = sx + L::COL;                              // right-hand side
     bool own[R];                                      // row q + W m exists (and the system does)
 #pragma unroll
     for (int m = 0; m < R; ++m) own[m] = valid && (W * R == N || q + W * m < N);
@@ -172,28 +171,11 @@ __global__ void __launch_bounds__(128) ldlt_solve(
         }
 #pragma unroll
         for (int m = 0; m < R; ++m)
-            if (own[m]) { sx[q + W * m] = z[m]; sb[q + W * m] = bm[m]; }
+            if (own[m]) sx[q + W * m] = z[m];
         __syncwarp();
-        // 5. the relative residual ||Ax - b||_inf / (||A||_inf ||x||_inf + ||b||_inf), lower triangle
-        T rn = 0, an = 0, xn = 0, bn = 0;
-#pragma unroll
-        for (int m = 0; m < R; ++m) {
-            const int r = q + W * m;
-            if (!own[m]) continue;
-            T ri = -bm[m], rs = 0;
-            lower_row_dot<T, N, S>(sA, sx, r, ri, rs);
-            rn = fmax(rn, fabs(ri));
-            an = fmax(an, rs);
-            xn = fmax(xn, fabs(z[m]));
-            bn = fmax(bn, fabs(bm[m]));
-            x[((size_t)sys * N + r) * nrhs + c] = z[m];
-        }
-        rn = seg_max<T, W>(rn);
-        an = seg_max<T, W>(an);
-        xn = seg_max<T, W>(xn);
-        bn = seg_max<T, W>(bn);
-        const T rel = rn == T(0) ? T(0) : rn / (an * xn + bn);
-        res_max = fmax(res_max, isfinite(rel) ? rel : T(INFINITY));
+        // 5. the relative residual from the lower triangle of the copy
+        res_max = fmax(res_max, rows_residual<T, N, S, W, R>(sA, sx, bm, z, own, q, x + (size_t)sys * N * nrhs + c,
+                                                             nrhs));
         __syncwarp();
     }
     if (valid && q == 0) {
