@@ -5,7 +5,9 @@ float dtype, and returns the same tuple as the numpy stages of ``robust.py``:
 x (B, n, r), cond (B,), n_discarded (B,), ok (B,), residual (B,) [, nonfinite (B,), asym (B,)].
 Per-system flags stay on the device. Kernels: ``cuda/ldlt.cu``, ``cuda/householder_pcr.cu``,
 ``cuda/eigh_small.cu`` (numpy twins: ``ldlt.py``, ``householder.py`` + ``pcr.py``,
-``tridiag_eigh.py``). n threads per system, several systems per block.
+``tridiag_eigh.py``). LDL^T and Householder + PCR: W lanes per system with R = ceil(n / W) rows per
+lane in registers (``_ldlt_lanes``, ``_hh_lanes``); the eigen kernels and the float64 n > 32
+Householder + PCR kernel: n threads per system. Several systems per block.
 """
 
 from __future__ import annotations
