@@ -76,6 +76,29 @@ struct RowsLayout {
     __host__ __device__ static constexpr int len(int m) { return W * (m + 1) < N ? W * (m + 1) : N; }  // entries of row block m
 };
 
+// Where a lane of a register-row kernel works (blocks of whole warps, 32 / W systems per warp): lane
+// q of its segment, the system sys (valid: sys < batch), the system's shared copy sA (PA elements)
+// and its three vectors vec (PC elements, 16-byte aligned, after the copies of the block's systems).
+template <typename T, int N, int W>
+struct RowsSlot {
+    int q;
+    long long sys;
+    bool valid;
+    T* sA;
+    T* vec;
+    __device__ __forceinline__ RowsSlot(T* smem, long long batch)
+    {
+        using L = RowsLayout<T, N, W>;
+        const int lane = threadIdx.x & 31, slot = (threadIdx.x >> 5) * L::SPW + lane / W;
+        const int slots = (blockDim.x / 32) * L::SPW;              // systems per block
+        q = lane % W;
+        sys = (long long)blockIdx.x * slots + slot;
+        valid = sys < batch;
+        sA = smem + (size_t)slot * L::PA;
+        vec = smem + ((size_t)slots * L::PA + L::V - 1) / L::V * L::V + (size_t)slot * L::PC;
+    }
+};
+
 // Row r of a symmetric matrix times x, from the lower triangle of its shared copy (row stride S):
 // ri += sum_k A_rk x_k, rs += sum_k |A_rk|. x: shared, 16-byte aligned, padded to 16 bytes, read
 // by 16-byte broadcasts. Used by the residual checks of ldlt.cu and householder.cuh.

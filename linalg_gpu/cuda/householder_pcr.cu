@@ -114,14 +114,12 @@ __global__ void __launch_bounds__(128, hh_min_blocks<T, N, W>()) householder_pcr
     constexpr int R = L::R, S = L::S, V = L::V, NV = (N + V - 1) / V * V;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int seg = lane / W, q = lane % W;
-    const int slot = warp * L::SPW + seg;
-    const int slots = (blockDim.x / 32) * L::SPW;              // systems per block
-    const long long sys = (long long)blockIdx.x * slots + slot;
-    const bool valid = sys < batch;
-    T* sA = smem + (size_t)slot * L::PA;                       // the input (lower triangle), u_r above
-    T* su = smem + ((size_t)slots * L::PA + V - 1) / V * V + (size_t)slot * L::PC;   // u, then x
+    const RowsSlot<T, N, W> at(smem, batch);
+    const int q = at.q;
+    const long long sys = at.sys;
+    const bool valid = at.valid;
+    T* sA = at.sA;                                             // the input (lower triangle), u_r above
+    T* su = at.vec;                                            // u, then x
     T* sq = su + L::COL;
     T* beta = sq + L::COL;
     bool own[R];

@@ -38,14 +38,12 @@ __global__ void __launch_bounds__(128) ldlt_solve(
     constexpr int R = L::R, S = L::S, V = L::V;
     extern __shared__ unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int seg = lane / W, q = lane % W;
-    const int slot = warp * L::SPW + seg;
-    const int slots = (blockDim.x / 32) * L::SPW;     // systems per block
-    const long long sys = (long long)blockIdx.x * slots + slot;
-    const bool valid = sys < batch;
-    T* sA = smem + (size_t)slot * L::PA;              // original rows (padded)
-    T* col = smem + ((size_t)slots * L::PA + V - 1) / V * V + (size_t)slot * L::PC;  // published column
+    const RowsSlot<T, N, W> at(smem, batch);
+    const int q = at.q, seg = (threadIdx.x & 31) / W;
+    const long long sys = at.sys;
+    const bool valid = at.valid;
+    T* sA = at.sA;                                    // original rows (padded)
+    T* col = at.vec;                                  // published column
     T* sx = col + L::COL;                             // solution
     bool own[R];                                      // row q + W m exists (and the system does)
 #pragma unroll
