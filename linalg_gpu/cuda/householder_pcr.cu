@@ -130,8 +130,7 @@ __global__ void __launch_bounds__(128, hh_min_blocks<T, N, W>()) householder_pcr
 
     T w[R][NV], d[R], e[R];
     load_screen_rows<T, N, S, W, R, NV>(As, bs, nrhs, sA, w, q, own, valid, nonfinite + sys, asym + sys);
-    tridiagonalize_rows<T, N, S, W, R, NV>(w, sA, su, sq, beta, q, own, d, e);
-    __syncwarp();
+    tridiagonalize_rows<T, N, S, W, R, NV>(w, sA, su, sq, beta, q, own, d, e);   // (ends synchronized)
     T res_max = 0, cmax = 0;
     bool good = true;
     for (int c = 0; c < nrhs; ++c) {

@@ -19,7 +19,8 @@ import numpy as np
 from .._kernels import get_function
 
 MAX_N = 64          # largest n the kernels are instantiated for (shared memory per system)
-THREADS = 128       # threads per block for n <= 32 (whole warps of systems); n > 32: up to 256
+THREADS = 128       # threads per block: one-row kernels for n <= 32 (whole warps of systems; n > 32: up
+                    # to 256), the register-row Householder + PCR kernel for every n
 
 
 @lru_cache(maxsize=None)
@@ -109,6 +110,16 @@ def _rows_layout(n, w, itemsize):
     return n * s + (w * s - n * s) % nb + 3 * col + (v - 3 * col % (2 * v)) % (2 * v)
 
 
+def _launch_rows(fn, B, n, w, threads, args, itemsize):
+    """Launch a register-row kernel (RowsLayout, RowsSlot in cuda/common.cuh): w lanes per system,
+    threads // w systems per block, their shared copies and vectors (+ 16 bytes of alignment)."""
+    spb = threads // w
+    shmem = spb * _rows_layout(n, w, itemsize) * itemsize + 16
+    _prefer_shared(fn, shmem)
+    if B:
+        fn(((B + spb - 1) // spb,), (threads,), args, shared_mem=shmem)
+
+
 def ldlt_stage(A, b, screen=False):
     """LDL^T factor + solve + residual (+ input screening) in one pass over A: cuda/ldlt.cu, with
     ``_ldlt_lanes`` lanes per system, one warp per block for n <= 32 and four above."""
@@ -119,14 +130,12 @@ def ldlt_stage(A, b, screen=False):
     asym = cp.empty(B, dtype=A.dtype)
     ok, nonfinite = cp.empty(B, dtype=bool), cp.empty(B, dtype=bool)
     w = _ldlt_lanes(n, A.dtype.itemsize)
-    threads = 32 if n <= 32 else 128                       # measured: float64 n = 16 1.55 against
-    spb = threads // w                                     # 1.78 ms (128), n = 64 24.1 against 29.0 ms (32)
-    shmem = spb * _rows_layout(n, w, A.dtype.itemsize) * A.dtype.itemsize + 16
+    # one warp per block for n <= 32, four above; measured: float64 n = 16 1.55 against 1.78 ms (four),
+    # n = 64 24.1 against 29.0 ms (one)
+    threads = 32 if n <= 32 else 128
     fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n, w)
-    _prefer_shared(fn, shmem)
-    if B:
-        fn(((B + spb - 1) // spb,), (threads,), (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)),
-           shared_mem=shmem)
+    _launch_rows(fn, B, n, w, threads, (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)),
+                 A.dtype.itemsize)
     out = (x, cond, cp.zeros(B, dtype=np.int32), ok, resid)
     return out + ((nonfinite, asym) if screen else ())
 
@@ -177,13 +186,9 @@ def householder_pcr_stage(A, b):
     nonfinite, asym = _flags(B, A.dtype)
     w = _hh_lanes(n, A.dtype.itemsize)
     if w:
-        spb = THREADS // w
-        shmem = spb * _rows_layout(n, w, A.dtype.itemsize) * A.dtype.itemsize + 16
         fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n, w)
-        _prefer_shared(fn, shmem)
-        if B:
-            fn(((B + spb - 1) // spb,), (THREADS,), (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B),
-                                                   np.int32(r)), shared_mem=shmem)
+        _launch_rows(fn, B, n, w, THREADS, (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r)),
+                     A.dtype.itemsize)
     else:
         fn = get_function("householder_pcr.cu", "householder_pcr_block", A.dtype, n)
         wl, vl = _hh_layout(n)
