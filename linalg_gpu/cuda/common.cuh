@@ -57,6 +57,39 @@ __device__ __forceinline__ T seg_sum(T v)
     return v;
 }
 
+// Running max |v| of the input screening, non-finite once a NaN or an Inf was added (it serves as
+// the NaN/Inf flag as well). float32: max.NaN, one instruction per entry. float64: the high words
+// compared as integers, two instructions against about eight for fmax on doubles (its NaN rules take
+// selects and moves); the maximum is then |v| with the low word cleared, 2^-20 relative below the
+// exact one: enough for the asymmetry ratio and exact in the exponent (the power-of-2 scale).
+// seg<W>() reduces it over the W lanes of a segment.
+template <typename T> struct AbsMax;
+template <> struct AbsMax<float> {
+    float m = 0;
+    __device__ __forceinline__ void add(float v) { asm("max.NaN.f32 %0, %0, %1;" : "+f"(m) : "f"(fabsf(v))); }
+    template <int W> __device__ __forceinline__ float seg() const
+    {
+        float r = m;
+#pragma unroll
+        for (int o = W / 2; o > 0; o /= 2) {
+            const float t = __shfl_xor_sync(0xffffffffu, r, o, W);
+            asm("max.NaN.f32 %0, %0, %1;" : "+f"(r) : "f"(t));
+        }
+        return r;
+    }
+};
+template <> struct AbsMax<double> {
+    int hi = 0;
+    __device__ __forceinline__ void add(double v) { hi = max(hi, __double2hiint(v) & 0x7fffffff); }
+    template <int W> __device__ __forceinline__ double seg() const
+    {
+        int r = hi;
+#pragma unroll
+        for (int o = W / 2; o > 0; o /= 2) r = max(r, __shfl_xor_sync(0xffffffffu, r, o, W));
+        return __hiloint2double(r, 0);
+    }
+};
+
 template <typename T, int N, int W>
 struct RowsLayout {
     static_assert(32 % W == 0 && N <= 64, "W divides 32, N <= 64");

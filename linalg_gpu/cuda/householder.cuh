@@ -7,6 +7,18 @@
 
 #include "common.cuh"
 
+// The power of 2 that scales a matrix to max |A_ij| ~ 1 (no under/overflow in the squares of the
+// reduction): 2^ex with ex from frexp(max |A_ij|), clamped so that 2^-ex is a normal number (a
+// float32 matrix below 2^-125 is scaled to about 2^-22, not to 1). The kernels multiply by 2^-ex:
+// as exact as the division of the numpy twin, and one instruction instead of a division per entry.
+template <typename T>
+__device__ __forceinline__ int scale_exponent(T mx)
+{
+    int ex = 0;
+    frexp((mx > T(0) && isfinite(mx)) ? mx : T(1), &ex);
+    return max(ex, sizeof(T) == 4 ? -125 : -1021);
+}
+
 // Sum over the lanes of one system, returned to every lane: shuffles inside a warp; for N a
 // multiple of 32 (whole warps per system) shuffles in each warp, then the N / 32 partial sums in a
 // fixed order through scratch; else through scratch[0..N] in shared memory. Every thread of the
@@ -145,7 +157,7 @@ __device__ void load_screen_rows(const T* __restrict__ Asys, const T* __restrict
                                  T (&w)[R][NV], int q, const bool (&own)[R], bool valid, bool* nonfinite,
                                  T* asym)
 {
-    T amax = 0, dasym = 0;
+    AbsMax<T> amax, dasym;
     bool fin = true;
 #pragma unroll
     for (int m = 0; m < R; ++m) {
@@ -154,10 +166,7 @@ __device__ void load_screen_rows(const T* __restrict__ Asys, const T* __restrict
         if (own[m]) {
             load_row<T, N>(Asys + (size_t)i * N, t, sA + i * S);
 #pragma unroll
-            for (int k = 0; k < N; ++k) {
-                fin = fin && isfinite(t[k]);
-                amax = fmax(amax, fabs(t[k]));
-            }
+            for (int k = 0; k < N; ++k) amax.add(t[k]);
             for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(bsys[(size_t)i * nrhs + c]);
         }
 #pragma unroll
@@ -171,16 +180,16 @@ __device__ void load_screen_rows(const T* __restrict__ Asys, const T* __restrict
         for (int k = 0; k < N; ++k) {
             if (own[m] && k > i) {                              // A_ki from the lower triangle
                 const T c = sA[k * S + i];
-                dasym = fmax(dasym, fabs(w[m][k] - c));
+                dasym.add(w[m][k] - c);
                 w[m][k] = c;
             }
         }
     }
-    amax = seg_max<T, W>(fin ? amax : T(INFINITY));
-    dasym = seg_max<T, W>(dasym);
+    if (!fin) amax.add(T(INFINITY));                            // a NaN/Inf right-hand side
+    const T amx = amax.template seg<W>(), dsy = dasym.template seg<W>();
     if (valid && q == 0) {
-        *nonfinite = !isfinite(amax);
-        *asym = amax > T(0) ? dasym / amax : T(0);
+        *nonfinite = !isfinite(amx);
+        *asym = amx > T(0) ? dsy / amx : T(0);
     }
 }
 
@@ -198,21 +207,19 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
                                     const bool (&own)[R], T (&d)[R], T (&e)[R])
 {
     constexpr int V = 16 / sizeof(T), COL = (N + 3) / 4 * 4;
-    T mx = 0;
+    AbsMax<T> amax;
 #pragma unroll
     for (int m = 0; m < R; ++m)
 #pragma unroll
-        for (int k = 0; k < N; ++k) mx = fmax(mx, fabs(w[m][k]));
-    mx = seg_max<T, W>(mx);
-    int ex = 0;
-    frexp((mx > T(0) && isfinite(mx)) ? mx : T(1), &ex);
-    const T scale = ldexp(T(1), ex);
+        for (int k = 0; k < N; ++k) amax.add(w[m][k]);
+    const int ex = scale_exponent(amax.template seg<W>());      // (its exponent is exact)
+    const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
 #pragma unroll
     for (int m = 0; m < R; ++m) {
         d[m] = T(0);
         e[m] = T(0);
 #pragma unroll
-        for (int k = 0; k < N; ++k) w[m][k] /= scale;
+        for (int k = 0; k < N; ++k) w[m][k] *= unscale;
     }
     for (int k = q; k < COL; k += W) { su[k] = T(0); sq[k] = T(0); }   // entries past W R stay 0
     __syncwarp();
@@ -270,7 +277,7 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
             for (int t = 0; t < V; ++t)
 #pragma unroll
                 for (int m = 0; m < R; ++m)
-                    if (W * m < r && q + W * m < r) w[m][k0 + t] -= qv[m] * cu[t] + u[m] * cq[t];
+                    if (W * m < r) w[m][k0 + t] = fma(-qv[m], cu[t], fma(-u[m], cq[t], w[m][k0 + t]));
         }
 #pragma unroll
         for (int m = 0; m < R; ++m)                             // u_r in column r (for apply_q)
@@ -303,13 +310,12 @@ __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool ac
     if (active && i == 0) {
         T m = 0;
         for (int k = 0; k < N; ++k) m = fmax(m, p[k]);
-        int ex = 0;
-        frexp((m > T(0) && isfinite(m)) ? m : T(1), &ex);
-        sc[2] = ldexp(T(1), ex);                 // a power of 2: the scaling is exact
+        sc[2] = T(scale_exponent(m));
     }
     gsync<N>();
-    const T scale = sc[2];
-    if (active) for (int k = 0; k < N; ++k) W[i * S + k] /= scale;
+    const int ex = int(sc[2]);
+    const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
+    if (active) for (int k = 0; k < N; ++k) W[i * S + k] *= unscale;
     gsync<N>();
     for (int r = N - 1; r >= 2; --r) {
         // x = W[r][0..r): squares below the subdiagonal
@@ -424,11 +430,10 @@ __device__ bool screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T*
 #pragma unroll
     for (int k = 0; k < N; ++k) m = fmax(m, fabs(w[k]));
     m = group_max<T, N>(m, tmp, i);
-    int ex = 0;
-    frexp((m > T(0) && isfinite(m)) ? m : T(1), &ex);
-    const T scale = ldexp(T(1), ex);                  // a power of 2: the scaling is exact
+    const int ex = scale_exponent(m);
+    const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
 #pragma unroll
-    for (int k = 0; k < N; ++k) w[k] /= scale;
+    for (int k = 0; k < N; ++k) w[k] *= unscale;
     T* su = tmp;                                      // broadcast buffers: u, then q
     T* sq = tmp + HHLayout<N>::VL;
     const int base = (threadIdx.x & 31) - i;          // lane of row 0 of this system

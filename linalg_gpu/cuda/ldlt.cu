@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(128) ldlt_solve(
 
     // 1. rows into registers (their lower part) and into the shared copy; NaN/Inf and max|A|
     T a[R][N];
-    T amax = 0;
+    AbsMax<T> amax;
     bool fin = true;
 #pragma unroll
     for (int m = 0; m < R; ++m) {
@@ -60,10 +60,7 @@ __global__ void __launch_bounds__(128) ldlt_solve(
         if (own[m]) {
             load_row<T, N>(A + ((size_t)sys * N + r) * N, t, sA + r * S);
 #pragma unroll
-            for (int k = 0; k < N; ++k) {
-                fin = fin && isfinite(t[k]);
-                amax = fmax(amax, fabs(t[k]));
-            }
+            for (int k = 0; k < N; ++k) amax.add(t[k]);
             for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(b[((size_t)sys * N + r) * nrhs + c]);
         }
 #pragma unroll
@@ -71,7 +68,8 @@ __global__ void __launch_bounds__(128) ldlt_solve(
     }
     __syncwarp();
     // 2. max|A_rk - A_kr| over the strict lower triangle, scale = max|A_rr|
-    T dasym = 0, diag = 0;
+    AbsMax<T> dasym;
+    T diag = 0;
 #pragma unroll
     for (int m = 0; m < R; ++m) {
         const int r = q + W * m;
@@ -79,14 +77,14 @@ __global__ void __launch_bounds__(128) ldlt_solve(
         diag = fmax(diag, fabs(sA[r * S + r]));
 #pragma unroll
         for (int k = 0; k < L::len(m); ++k)
-            if (k < r) dasym = fmax(dasym, fabs(sA[r * S + k] - sA[k * S + r]));
+            if (k < r) dasym.add(a[m][k] - sA[k * S + r]);
     }
-    amax = seg_max<T, W>(fin ? amax : T(INFINITY));
-    dasym = seg_max<T, W>(dasym);
+    if (!fin) amax.add(T(INFINITY));                 // a NaN/Inf right-hand side
+    const T amx = amax.template seg<W>(), dsy = dasym.template seg<W>();
     const T scale = seg_max<T, W>(diag);
     if (valid && q == 0) {
-        nonfinite[sys] = !isfinite(amax);
-        asym[sys] = amax > T(0) ? dasym / amax : T(0);
+        nonfinite[sys] = !isfinite(amx);
+        asym[sys] = amx > T(0) ? dsy / amx : T(0);
     }
     // 3. the factorization, right-looking: at step j the rows r >= j publish a_rj (unscaled) in
     // the column buffer, every lane reads D_jj = a_jj and the column back (16-byte broadcasts) and
@@ -107,8 +105,8 @@ __global__ void __launch_bounds__(128) ldlt_solve(
         __syncwarp();
         T d = col[j];
         if (!(d > tol)) { good = false; d = safe; }   // breakdown (NaN included)
-        dmax = j == 0 ? d : fmax(dmax, d);
-        dmin = j == 0 ? d : fmin(dmin, d);
+        dmax = j == 0 || d > dmax ? d : dmax;         // (d is never NaN: compare and select)
+        dmin = j == 0 || d < dmin ? d : dmin;
         if (q == j % W) dpiv[j / W] = d;
         const T rd = T(1) / d;                        // one reciprocal per step, as the twin
         T l[R];

@@ -10,6 +10,7 @@ are run on a thread pool (numpy releases the GIL inside its loops). The GPU laun
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -199,7 +200,7 @@ def chunk_size(n, nbytes=2**22):
 def flatten_batch(X, n_trailing):
     """(..., *t) -> (B, *t) without copying when possible."""
     lead = X.shape[:X.ndim - n_trailing]
-    return X.reshape((int(np.prod(lead, dtype=np.int64)),) + X.shape[X.ndim - n_trailing:])
+    return X.reshape((math.prod(lead),) + X.shape[X.ndim - n_trailing:])
 
 
 def map_chunks(fn, arrays, n, nbytes=2**22):

@@ -385,9 +385,9 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     C.raise_for_flags(A, [A, b], ["A", "b"], check_finite and any_nonfinite, not assume_symmetric and any_asym)
     if any_failed:
         x[~ok] = np.nan
-    todo = C.host_flatnonzero(xp, redo) if len(stages) > 1 and any_redo else xp.arange(0)
+    todo = C.host_flatnonzero(xp, redo) if len(stages) > 1 and any_redo else None
     for i, stage in enumerate(stages[1:], start=1):
-        if todo.size == 0:
+        if todo is None or todo.size == 0:
             break
         if start_codes is not None:                                  # held back until their own stage
             later = xp.asarray(start_codes).ravel()[todo] > i
