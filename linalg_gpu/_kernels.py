@@ -2,12 +2,15 @@
 
 A kernel is a template ``name<T, N>`` in ``cuda/<file>``; :func:`get_function` builds the
 instantiation for a dtype and a size, compiles it once per (file, instantiation, device) and
-caches it. Sources get a ``#line`` directive so that compiler errors point into the ``.cu`` file.
-The first compilation of each instantiation is timed (``COMPILE_SECONDS``) for the benchmarks.
+caches it. Sources get a ``#line`` directive so that compiler errors point into the ``.cu`` file,
+and a hash of the headers (``cuda/*.cuh``): CuPy's on-disk kernel cache is keyed by the source
+text it is given, so without the hash a change in a header alone would reuse a stale binary. The
+first compilation of each instantiation is timed (``COMPILE_SECONDS``) for the benchmarks.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -20,12 +23,18 @@ _CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
            np.dtype(np.complex64): "cplx<float>", np.dtype(np.complex128): "cplx<double>"}   # cplx: common.cuh
 
 
+def _source(file, cuda_dir=CUDA_DIR):
+    """The code CuPy compiles for ``cuda/<file>``: the headers' hash, a ``#line`` directive, the file."""
+    headers = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(cuda_dir.glob("*.cuh")))).hexdigest()
+    path = cuda_dir / file
+    return f'// linalg_gpu headers {headers}\n#line 1 "{path}"\n' + path.read_text()
+
+
 @lru_cache(maxsize=None)
 def _function(file, expr, device_id):
     import cupy as cp
 
-    path = CUDA_DIR / file
-    code = f'#line 1 "{path}"\n' + path.read_text()
+    code = _source(file)
     t0 = time.perf_counter()
     mod = cp.RawModule(code=code, options=("-std=c++17", f"-I{CUDA_DIR}"), name_expressions=(expr,))
     fn = mod.get_function(expr)                       # compiles here

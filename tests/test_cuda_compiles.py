@@ -28,3 +28,21 @@ def test_compile_check_catches_a_syntax_error(tmp_path):
     proc = subprocess.run([NVCC, "-std=c++17", "-arch=sm_90", "-c", str(bad), "-o", str(tmp_path / "k.o")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
+
+
+def test_kernel_source_changes_with_any_header(tmp_path):
+    """CuPy caches compiled kernels by the source text it is given: a header edit must change it."""
+    import shutil
+
+    from linalg_gpu._kernels import _source
+
+    for src in CUDA_DIR.iterdir():
+        shutil.copy(src, tmp_path)
+    before = _source("ldlt.cu", tmp_path)
+    assert before == _source("ldlt.cu", tmp_path) and before.endswith((CUDA_DIR / "ldlt.cu").read_text())
+    for header in sorted(tmp_path.glob("*.cuh")):
+        text = header.read_text()
+        header.write_text(text + "\n// edited\n")
+        assert _source("ldlt.cu", tmp_path) != before, header.name
+        header.write_text(text)
+    assert _source("ldlt.cu", tmp_path) == before
