@@ -25,22 +25,6 @@ __device__ __forceinline__ void load16(const double* p, double* c)
     c[0] = v.x; c[1] = v.y;
 }
 
-// A row of N entries from global memory into registers (by 16-byte loads when rows allow them)
-// and into its row of the shared copy.
-template <typename T, int N>
-__device__ __forceinline__ void load_row(const T* __restrict__ src, T* dst, T* shared_row)
-{
-    if constexpr ((N * sizeof(T)) % 16 == 0) {
-#pragma unroll
-        for (int k = 0; k < N; k += 16 / sizeof(T)) load16(src + k, dst + k);
-    } else {
-#pragma unroll
-        for (int k = 0; k < N; ++k) dst[k] = src[k];
-    }
-#pragma unroll
-    for (int k = 0; k < N; ++k) shared_row[k] = dst[k];
-}
-
 // Maximum and sum over the W lanes of a segment (W a power of two dividing 32), to every lane.
 template <typename T, int W>
 __device__ __forceinline__ T seg_max(T v)
@@ -129,6 +113,46 @@ struct RowsSlot {
         valid = sys < batch;
         sA = smem + (size_t)slot * L::PA;
         vec = smem + ((size_t)slots * L::PA + L::V - 1) / L::V * L::V + (size_t)slot * L::PC;
+    }
+    // The matrices of the warp's systems (those below batch; contiguous in A) into their shared
+    // copies, by cp.async (sm_80+): every load of the warp is in flight at once and holds no
+    // register (the loads into registers left the kernels waiting on HBM with few loads in flight).
+    // Lane l copies entries l, l + 32, ... of the warp's block, so that each copy instruction moves
+    // 128 contiguous bytes. Returns with the copies complete and the warp synchronized.
+    __device__ __forceinline__ void copy_matrices(const T* __restrict__ A, long long batch) const
+    {
+        using L = RowsLayout<T, N, W>;
+        constexpr int NN = N * N;
+        const int lane = threadIdx.x & 31;
+        const long long first = sys - lane / W;
+        const int nsys = (int)(batch - first < L::SPW ? batch - first : L::SPW);
+        T* dst0 = sA - (lane / W) * L::PA;
+        if constexpr ((32 % N == 0 || N % 32 == 0) && NN % 32 == 0) {
+            // entry 32 k + lane of a matrix: row 32 k / N + lane / N, column 32 k % N + lane % N, so
+            // one register offset per lane and constant offsets per k
+            const T* src = A + (size_t)first * NN + lane;
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(dst0 + lane / N * L::S + lane % N);
+            for (int sy = 0; sy < nsys; ++sy) {
+#pragma unroll
+                for (int k = 0; k < NN / 32; ++k)
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
+                                 :: "r"(dst + (unsigned)((sy * L::PA + 32 * k / N * L::S + 32 * k % N) * sizeof(T))),
+                                    "l"(src + sy * NN + 32 * k), "n"(sizeof(T)) : "memory");
+            }
+        } else {
+            const T* src = A + (size_t)first * NN;
+#pragma unroll
+            for (int k = 0; k < (L::SPW * NN + 31) / 32; ++k) {
+                const int i = lane + 32 * k, sy = i / NN, r = i % NN / N, c = i % N;
+                if (sy < nsys) {
+                    const unsigned dst = (unsigned)__cvta_generic_to_shared(dst0 + sy * L::PA + r * L::S + c);
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(dst), "l"(src + i), "n"(sizeof(T))
+                                 : "memory");
+                }
+            }
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncwarp();
     }
 };
 

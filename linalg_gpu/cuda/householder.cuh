@@ -148,31 +148,30 @@ struct HHLayout {
 // (W a power of two dividing 32) owns rows i = q + W m, m < R, of one system; own[m]: row i exists
 // (and so does the system). A row lives in registers, NV long (16-byte padded with zeros).
 
-// The rows from global memory (Asys: N x N, bsys: N x nrhs) into registers and into the shared copy
-// sA (row stride S, 16-byte aligned), and the input screening of solve_small (NaN/Inf in A or b,
-// max |A_ik - A_ki| / max |A|; lane 0 writes the flags when the system exists). w gets the rows of
-// the symmetric matrix defined by the lower triangle; sA keeps the input.
+// The rows from the shared copy sA (row stride S, filled by RowsSlot::copy_matrices) into registers,
+// and the input screening of solve_small (NaN/Inf in A or in bsys: N x nrhs, max |A_ik - A_ki| /
+// max |A|; lane 0 writes the flags when the system exists). w gets the rows of the symmetric
+// matrix defined by the lower triangle; sA keeps the input.
 template <typename T, int N, int S, int W, int R, int NV>
-__device__ void load_screen_rows(const T* __restrict__ Asys, const T* __restrict__ bsys, int nrhs, T* sA,
-                                 T (&w)[R][NV], int q, const bool (&own)[R], bool valid, bool* nonfinite,
-                                 T* asym)
+__device__ void load_screen_rows(const T* __restrict__ bsys, int nrhs, const T* sA, T (&w)[R][NV], int q,
+                                 const bool (&own)[R], bool valid, bool* nonfinite, T* asym)
 {
     AbsMax<T> amax, dasym;
     bool fin = true;
 #pragma unroll
     for (int m = 0; m < R; ++m) {
         const int i = q + W * m;
-        T t[N];
-        if (own[m]) {
-            load_row<T, N>(Asys + (size_t)i * N, t, sA + i * S);
 #pragma unroll
-            for (int k = 0; k < N; ++k) amax.add(t[k]);
+        for (int k = 0; k < NV; ++k) w[m][k] = T(0);
+        if (own[m]) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                w[m][k] = sA[i * S + k];
+                amax.add(w[m][k]);
+            }
             for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(bsys[(size_t)i * nrhs + c]);
         }
-#pragma unroll
-        for (int k = 0; k < NV; ++k) w[m][k] = (own[m] && k < N) ? t[k < N ? k : 0] : T(0);
     }
-    __syncwarp();
 #pragma unroll
     for (int m = 0; m < R; ++m) {
         const int i = q + W * m;

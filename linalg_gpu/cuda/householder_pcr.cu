@@ -125,11 +125,11 @@ __global__ void __launch_bounds__(128, hh_min_blocks<T, N, W>()) householder_pcr
     bool own[R];
 #pragma unroll
     for (int m = 0; m < R; ++m) own[m] = valid && q + W * m < N;
-    const T* As = A + (size_t)sys * N * N;
     const T* bs = b + (size_t)sys * N * nrhs;
 
     T w[R][NV], d[R], e[R];
-    load_screen_rows<T, N, S, W, R, NV>(As, bs, nrhs, sA, w, q, own, valid, nonfinite + sys, asym + sys);
+    at.copy_matrices(A, batch);
+    load_screen_rows<T, N, S, W, R, NV>(bs, nrhs, sA, w, q, own, valid, nonfinite + sys, asym + sys);
     tridiagonalize_rows<T, N, S, W, R, NV>(w, sA, su, sq, beta, q, own, d, e);   // (ends synchronized)
     T res_max = 0, cmax = 0;
     bool good = true;

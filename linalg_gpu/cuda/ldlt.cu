@@ -5,8 +5,8 @@
 // part). Only __syncwarp synchronizes. The column of step j is broadcast through shared memory,
 // which plays the role of the paper's communicating threads (Algorithm 1); R > 1 rows per lane
 // share the per-step work of a system (the paper's hybrid n* < n threads per system).
-// 1. Every lane loads its rows from global memory (16-byte loads where rows allow) into registers
-//    and into a shared copy: every byte of A is read once.
+// 1. The warp copies its systems' matrices into their shared copies (cp.async, all loads in flight
+//    at once), and every lane reads its rows into registers: every byte of A is read once.
 // 2. Input screening on the copy: NaN/Inf, max|A - A^T| / max|A|, the pivot scale max|A_ii|.
 // 3. Factorization (right-looking, eq. 5). A pivot that is not > N eps max|A_ii| (or not finite)
 //    is a breakdown: the system is flagged and the pivot replaced by max|A_ii| so that nothing
@@ -49,24 +49,27 @@ __global__ void __launch_bounds__(128) ldlt_solve(
 #pragma unroll
     for (int m = 0; m < R; ++m) own[m] = valid && (W * R == N || q + W * m < N);
 
-    // 1. rows into registers (their lower part) and into the shared copy; NaN/Inf and max|A|
+    // 1. the shared copy from global memory, then the rows into registers (their lower part);
+    // NaN/Inf and max|A|
+    at.copy_matrices(A, batch);
     T a[R][N];
     AbsMax<T> amax;
     bool fin = true;
 #pragma unroll
     for (int m = 0; m < R; ++m) {
         const int r = q + W * m;
-        T t[N];
-        if (own[m]) {
-            load_row<T, N>(A + ((size_t)sys * N + r) * N, t, sA + r * S);
 #pragma unroll
-            for (int k = 0; k < N; ++k) amax.add(t[k]);
+        for (int k = 0; k < L::len(m); ++k) a[m][k] = T(0);
+        if (own[m]) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const T v = sA[r * S + k];
+                amax.add(v);
+                if (k < L::len(m)) a[m][k] = v;
+            }
             for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(b[((size_t)sys * N + r) * nrhs + c]);
         }
-#pragma unroll
-        for (int k = 0; k < L::len(m); ++k) a[m][k] = own[m] ? t[k] : T(0);
     }
-    __syncwarp();
     // 2. max|A_rk - A_kr| over the strict lower triangle, scale = max|A_rr|
     AbsMax<T> dasym;
     T diag = 0;
