@@ -117,8 +117,9 @@ struct RowsSlot {
     // The matrices of the warp's systems (those below batch; contiguous in A) into their shared
     // copies, by cp.async (sm_80+): every load of the warp is in flight at once and holds no
     // register (the loads into registers left the kernels waiting on HBM with few loads in flight).
-    // Lane l copies entries l, l + 32, ... of the warp's block, so that each copy instruction moves
-    // 128 contiguous bytes. Returns with the copies complete and the warp synchronized.
+    // Where N divides 32 or 32 divides N (and 32 divides N^2), lane l copies entries l, l + 32, ... of
+    // the warp's block, so that each copy instruction moves 128 contiguous bytes; for other N a lane
+    // copies whole rows. Returns with the copies complete and the warp synchronized.
     __device__ __forceinline__ void copy_matrices(const T* __restrict__ A, long long batch) const
     {
         using L = RowsLayout<T, N, W>;
@@ -140,15 +141,16 @@ struct RowsSlot {
                                     "l"(src + sy * NN + 32 * k), "n"(sizeof(T)) : "memory");
             }
         } else {
+            // other N: one row of the warp's block per lane at a time, its entries at constant offsets
+            // (in the order above every entry would need a division by N)
             const T* src = A + (size_t)first * NN;
+            for (int row = lane; row < nsys * N; row += 32) {
+                const unsigned dst = (unsigned)__cvta_generic_to_shared(dst0 + row / N * L::PA + row % N * L::S);
 #pragma unroll
-            for (int k = 0; k < (L::SPW * NN + 31) / 32; ++k) {
-                const int i = lane + 32 * k, sy = i / NN, r = i % NN / N, c = i % N;
-                if (sy < nsys) {
-                    const unsigned dst = (unsigned)__cvta_generic_to_shared(dst0 + sy * L::PA + r * L::S + c);
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(dst), "l"(src + i), "n"(sizeof(T))
+                for (int k = 0; k < N; ++k)
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
+                                 :: "r"(dst + (unsigned)(k * sizeof(T))), "l"(src + (size_t)row * N + k), "n"(sizeof(T))
                                  : "memory");
-                }
             }
         }
         asm volatile("cp.async.wait_all;" ::: "memory");

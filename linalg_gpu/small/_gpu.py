@@ -93,14 +93,22 @@ def _ldlt_lanes(n, itemsize):
 
     The rule, from a sweep of W on the H100 (2^20 systems, n = 8 ... 64, both dtypes): at most 4 rows
     per lane, and W doubled while a lane's rows (n (R + 1) / 2 entries) would take more than 96
-    registers; at least 4 lanes for float32 and 2 for float64. It gives the best W measured at n = 8,
+    registers; at least 4 lanes for float32 and 2 for float64. It gave the best W measured at n = 8,
     16, 32, 64 (both dtypes) and 48 (float32); without the floor float32 n = 8 would get W = 2 (0.19
-    against 0.17 ms).
+    against 0.17 ms). Exceptions measured since: ``_LDLT_LANES_MEASURED``.
     """
+    if (n, itemsize) in _LDLT_LANES_MEASURED:
+        return _LDLT_LANES_MEASURED[n, itemsize]
     w = 4 if itemsize == 4 else 2
     while w < 32 and (w * 4 < n or n * (-(-n // w) + 1) // 2 * itemsize // 4 > 96):
         w *= 2
     return w
+
+
+# Where a later sweep (2026-11-23, cp.async loads) beat the rule: float64 n = 32 W = 8 6.12 ms against
+# 6.42 ms for the rule's W = 16. A larger register budget in the rule would take that but also give
+# float64 n = 40 W = 16 (23.9 ms against 16.5 ms for W = 32), so it is an exception, not a new rule.
+_LDLT_LANES_MEASURED = {(32, 8): 8}
 
 
 def _rows_layout(n, w, itemsize):
