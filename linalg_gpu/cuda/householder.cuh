@@ -144,6 +144,20 @@ struct HHLayout {
     static constexpr int WL = (N * S + 3) / 4 * 4;    // matrix stride
 };
 
+// sigma and 1 / b of a reduction step (eq. 11) of tridiagonalize_rows, on the scaled matrix (entries
+// about 1, so no range issue): in float32 the hardware approximations (rsqrt and rcp, about 1 ulp,
+// one or two instructions against about eight with the IEEE slow-path check), which sit on each
+// step's chain of dependent operations; float64 keeps sqrt and the division. sqrt(0) is not needed:
+// a step with x = 0 does not use sigma (act is false).
+template <typename T> __device__ __forceinline__ T step_sqrt(T x)
+{
+    if constexpr (sizeof(T) == 4) return x * rsqrtf(x); else return sqrt(x);
+}
+template <typename T> __device__ __forceinline__ T step_rcp(T x)
+{
+    if constexpr (sizeof(T) == 4) return __fdividef(1.0f, x); else return T(1) / x;
+}
+
 // Register rows (householder_pcr_solve, N <= 32 R): as in ldlt.cu, lane q of a segment of W lanes
 // (W a power of two dividing 32) owns rows i = q + W m, m < R, of one system; own[m]: row i exists
 // (and so does the system). A row lives in registers, NV long (16-byte padded with zeros).
@@ -232,10 +246,10 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
         }
         const T head2 = seg_sum<T, W>(h);
         const T xl = __shfl_sync(0xffffffffu, w[(r - 1) / W][r], (r - 1) % W, W);
-        const T sigma = sqrt(head2 + xl * xl);
+        const T sigma = step_sqrt(head2 + xl * xl);
         const T alpha = xl >= T(0) ? -sigma : sigma;
         const bool act = head2 > T(0);
-        const T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
+        const T inv_b = act ? step_rcp(sigma * sigma - alpha * xl) : T(0);
 #pragma unroll
         for (int m = 0; m < R; ++m) {                           // u (eq. 11); 0 for rows >= r
             const int i = q + W * m;
