@@ -147,8 +147,9 @@ struct HHLayout {
 // sigma and 1 / b of a reduction step (eq. 11) of tridiagonalize_rows, on the scaled matrix (entries
 // about 1, so no range issue): in float32 the hardware approximations (rsqrt and rcp, about 1 ulp,
 // one or two instructions against about eight with the IEEE slow-path check), which sit on each
-// step's chain of dependent operations; float64 keeps sqrt and the division. sqrt(0) is not needed:
-// a step with x = 0 does not use sigma (act is false).
+// step's chain of dependent operations; float64 keeps sqrt and the division. Without -ftz (CuPy's
+// default) rsqrt.approx and rcp.approx take subnormal arguments. sqrt(0) is not needed: a step with
+// x = 0 does not use sigma (act is false).
 template <typename T> __device__ __forceinline__ T step_sqrt(T x)
 {
     if constexpr (sizeof(T) == 4) return x * rsqrtf(x); else return sqrt(x);
