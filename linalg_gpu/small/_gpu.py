@@ -19,8 +19,8 @@ import numpy as np
 from .._kernels import get_function
 
 MAX_N = 64          # largest n the kernels are instantiated for (shared memory per system)
-THREADS = 128       # threads per block: one-row kernels for n <= 32 (whole warps of systems; n > 32: up
-                    # to 256), the register-row Householder + PCR kernel for every n
+THREADS = 128       # threads per block: the one-row kernels for n <= 32 (whole warps of systems; n > 32: up
+                    # to 256) and the register-row Householder + PCR kernel (LDL^T: ldlt_stage)
 
 
 @lru_cache(maxsize=None)
