@@ -21,6 +21,27 @@ def test_every_cuda_source_compiles(tmp_path):
     assert not failures, "\n".join(failures)
 
 
+# Templates are only checked in full where they are instantiated: one instance of each kernel of the
+# small solvers, on the code paths the launchers take (as linalg_gpu.small._gpu picks them).
+INSTANCES = {
+    "ldlt.cu": ["ldlt_solve<float, 8, 4>", "ldlt_solve<double, 33, 32>", "ldlt_solve_rolled<float, 64>",
+                "ldlt_solve_rolled<double, 49>"],
+    "householder_pcr.cu": ["householder_pcr_solve<float, 16, 4>", "householder_pcr_solve<double, 64, 32>"],
+    "eigh_small.cu": ["eigh_small<float, 8>", "eig_truncate_solve<double, 33>"],
+}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this machine")
+@pytest.mark.parametrize("src", sorted(INSTANCES))
+def test_kernel_instances_compile(tmp_path, src):
+    unit = tmp_path / "instances.cu"
+    refs = "".join(f"    (void)&{k};\n" for k in INSTANCES[src])
+    unit.write_text(f'#include "{CUDA_DIR / src}"\nvoid instantiate()\n{{\n{refs}}}\n')
+    proc = subprocess.run([NVCC, "-std=c++17", "-arch=sm_90", f"-I{CUDA_DIR}", "-c", str(unit), "-o",
+                           str(tmp_path / "k.o")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this machine")
 def test_compile_check_catches_a_syntax_error(tmp_path):
     bad = tmp_path / "bad.cu"

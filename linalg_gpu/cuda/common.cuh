@@ -25,6 +25,29 @@ __device__ __forceinline__ void load16(const double* p, double* c)
     c[0] = v.x; c[1] = v.y;
 }
 
+// 1 / x without the IEEE slow-path branch of a division (any x): in float64 the hardware estimate
+// and two Newton steps, within about 1 ulp (|x| outside [2^-900, 2^900] is scaled by 2^-+200 so that
+// the .ftz estimate sees a normal number and returns one); in float32 rcp.approx (1 ulp, subnormals
+// kept). 1 / 0 is NaN in float64 (inf in float32). Used where the reciprocal sits on a chain of
+// dependent steps: the PCR (householder_pcr.cu) and the LDL^T pivots (ldlt.cu, N > 48).
+template <typename T> __device__ __forceinline__ T fast_rcp(T x)
+{
+    if constexpr (sizeof(T) == 4) {
+        float y;
+        asm("rcp.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+        return y;
+    } else {
+        const double ax = fabs(x);
+        const double s = ax < 0x1p-900 ? 0x1p+200 : (ax > 0x1p+900 ? 0x1p-200 : 1.0);
+        const double xs = x * s;
+        double y;
+        asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(xs));
+        y = fma(y, fma(-xs, y, 1.0), y);
+        y = fma(y, fma(-xs, y, 1.0), y);
+        return y * s;
+    }
+}
+
 // Maximum and sum over the W lanes of a segment (W a power of two dividing 32), to every lane.
 template <typename T, int W>
 __device__ __forceinline__ T seg_max(T v)

@@ -145,18 +145,41 @@ struct HHLayout {
 };
 
 // sigma and 1 / b of a reduction step (eq. 11) of tridiagonalize_rows, on the scaled matrix (entries
-// about 1, so no range issue): in float32 the hardware approximations (rsqrt and rcp, about 1 ulp,
-// one or two instructions against about eight with the IEEE slow-path check), which sit on each
-// step's chain of dependent operations; float64 keeps sqrt and the division. Without -ftz (CuPy's
-// default) rsqrt.approx and rcp.approx take subnormal arguments. sqrt(0) is not needed: a step with
-// x = 0 does not use sigma (act is false).
+// about 1, 0 < x <= 2 N where they are used): the hardware approximations, without the IEEE
+// slow-path branch of sqrt and of the division. float32: rsqrt and rcp (about 1 ulp; without -ftz,
+// CuPy's default, they take subnormal arguments). float64: the 20-bit MUFU estimate of rsqrt or
+// rcp, two Newton steps and, for sqrt, one correction (Markstein), within about 1 ulp; the .ftz
+// estimate needs a normal argument, so x below 2^-900 is scaled by 2^200 first. x = 0 gives NaN
+// (unused: a step with head2 = 0 does not use sigma).
 template <typename T> __device__ __forceinline__ T step_sqrt(T x)
 {
-    if constexpr (sizeof(T) == 4) return x * rsqrtf(x); else return sqrt(x);
+    if constexpr (sizeof(T) == 4) {
+        return x * rsqrtf(x);
+    } else {
+        const bool tiny = x < 0x1p-900;
+        const double xs = tiny ? x * 0x1p+200 : x;
+        double y;
+        asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(xs));
+        y = fma(0.5 * y, fma(-xs * y, y, 1.0), y);
+        y = fma(0.5 * y, fma(-xs * y, y, 1.0), y);
+        double s = xs * y;
+        s = fma(fma(-s, s, xs), 0.5 * y, s);
+        return tiny ? s * 0x1p-100 : s;
+    }
 }
 template <typename T> __device__ __forceinline__ T step_rcp(T x)
 {
-    if constexpr (sizeof(T) == 4) return __fdividef(1.0f, x); else return T(1) / x;
+    if constexpr (sizeof(T) == 4) {
+        return __fdividef(1.0f, x);
+    } else {
+        const bool tiny = x < 0x1p-900;
+        const double xs = tiny ? x * 0x1p+200 : x;
+        double y;
+        asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(xs));
+        y = fma(y, fma(-xs, y, 1.0), y);
+        y = fma(y, fma(-xs, y, 1.0), y);
+        return tiny ? y * 0x1p+200 : y;
+    }
 }
 
 // Register rows (householder_pcr_solve, N <= 32 R): as in ldlt.cu, lane q of a segment of W lanes
@@ -239,28 +262,27 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
     __syncwarp();
 #pragma unroll
     for (int r = N - 1; r >= 2; --r) {
+        // p = W u / b with u = x - alpha e_{r-1} (eq. 11) is computed as (W x - alpha W e_{r-1}) / b:
+        // the product W x does not wait for head2, sigma and 1 / b, which are computed beside it.
         T x[R], u[R], p[R], qv[R], h = 0;
 #pragma unroll
         for (int m = 0; m < R; ++m) {
-            x[m] = q + W * m < r - 1 ? w[m][r] : T(0);          // W[r][i] = W[i][r]
-            h += x[m] * x[m];
-        }
-        const T head2 = seg_sum<T, W>(h);
-        const T xl = __shfl_sync(0xffffffffu, w[(r - 1) / W][r], (r - 1) % W, W);
-        const T sigma = step_sqrt(head2 + xl * xl);
-        const T alpha = xl >= T(0) ? -sigma : sigma;
-        const bool act = head2 > T(0);
-        const T inv_b = act ? step_rcp(sigma * sigma - alpha * xl) : T(0);
-#pragma unroll
-        for (int m = 0; m < R; ++m) {                           // u (eq. 11); 0 for rows >= r
             const int i = q + W * m;
-            u[m] = !act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? xl - alpha : T(0)));
-            if (i < COL) su[i] = u[m];
+            x[m] = i < r ? w[m][r] : T(0);                      // W[r][i] = W[i][r], x_{r-1} = xl
+            h += i < r - 1 ? x[m] * x[m] : T(0);
+            if (i < COL) su[i] = x[m];
             p[m] = T(0);
         }
         __syncwarp();
+        const T head2 = seg_sum<T, W>(h);
+        const T xl = __shfl_sync(0xffffffffu, w[(r - 1) / W][r], (r - 1) % W, W);
+        const T sigma = step_sqrt(head2 + xl * xl);
+        const bool act = head2 > T(0);
+        const T alpha = !act ? T(0) : (xl >= T(0) ? -sigma : sigma);
+        const T inv_b = act ? step_rcp(sigma * sigma - alpha * xl) : T(0);
+        const T ul = xl - alpha;                                // u_{r-1} (where act)
 #pragma unroll
-        for (int k0 = 0; k0 < r; k0 += V) {                     // p = W u / b   (eq. 12)
+        for (int k0 = 0; k0 < r; k0 += V) {                     // W x
             T c[V];
             load16(su + k0, c);
 #pragma unroll
@@ -270,8 +292,10 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
         }
         T pu = 0;
 #pragma unroll
-        for (int m = 0; m < R; ++m) {
-            p[m] = q + W * m < r ? p[m] * inv_b : T(0);
+        for (int m = 0; m < R; ++m) {                           // p (eq. 12), u; 0 for rows >= r
+            const int i = q + W * m;
+            p[m] = i < r ? fma(-alpha, w[m][r - 1], p[m]) * inv_b : T(0);
+            u[m] = !act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? ul : T(0)));
             pu += p[m] * u[m];
         }
         const T Bi = seg_sum<T, W>(pu) * inv_b / T(2);
@@ -283,15 +307,17 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
         }
         __syncwarp();
 #pragma unroll
-        for (int k0 = 0; k0 < r; k0 += V) {                     // eq. (13), rows < r
-            T cu[V], cq[V];
+        for (int k0 = 0; k0 < r; k0 += V) {                     // eq. (13), rows < r; su holds x,
+            T cu[V], cq[V];                                     // u differs from it in entry r - 1
             load16(su + k0, cu);
             load16(sq + k0, cq);
 #pragma unroll
-            for (int t = 0; t < V; ++t)
+            for (int t = 0; t < V; ++t) {
+                const T ut = k0 + t == r - 1 ? ul : cu[t];      // (where !act, u = q = 0 in registers)
 #pragma unroll
                 for (int m = 0; m < R; ++m)
-                    if (W * m < r) w[m][k0 + t] = fma(-qv[m], cu[t], fma(-u[m], cq[t], w[m][k0 + t]));
+                    if (W * m < r) w[m][k0 + t] = fma(-qv[m], ut, fma(-u[m], cq[t], w[m][k0 + t]));
+            }
         }
 #pragma unroll
         for (int m = 0; m < R; ++m)                             // u_r in column r (for apply_q)

@@ -3,19 +3,18 @@
 // Fig. 9 eliminations).
 // householder_pcr_solve<T, N, W>: W lanes of a warp per system and R = ceil(N / W) rows per lane,
 // in registers (as ldlt.cu); lane q owns equations q + W m of the PCR. Only __syncwarp synchronizes.
-// householder_pcr_block<T, N> (N > 32, where R rows per lane would not fit in registers): N threads
-// per system, the matrix in shared memory, __syncthreads.
 // Outputs x (B, N, R), the PCR pivot ratio as condition estimate, the relative residual (from the
-// shared copy of the input, or from global memory in the block kernel), ok (all of x finite) and
-// the input screening.
+// shared copy of the input), ok (all of x finite) and the input screening.
+// (A block kernel with one row per thread in shared memory served float64 N > 32 until the register
+// rows overtook it: float64 N = 64, 2^18 systems, H100, 101 ms against 64-69 ms with W = 32.)
 
 #include "householder.cuh"
 
 // PCR (eq. 10) in the stride form: at step s equation i eliminates its couplings to equations
 // i - h and i + h (h = 2^s); after ceil(log2 N) steps z_i = v_i / d_i. These are the eliminations of
-// pcr.py's Fig. 9 order with the equations left in place: the same operations on the same
-// operands (in numpy the two orders gave bitwise equal z and pivots for n = 1 ... 64, both dtypes),
-// without the permutations. Register rows: lane q holds equations i = q + W m; the neighbours
+// pcr.py's Fig. 9 order with the equations left in place (in numpy the two orders gave bitwise equal
+// z and pivots for n = 1 ... 64, both dtypes), without the permutations; the ratios a / d of eq. (10)
+// are taken as a (1 / d), one reciprocal per equation and step, shuffled in place of d. Register rows: lane q holds equations i = q + W m; the neighbours
 // i -+ h come by shuffles for h < W (from the previous or next row block when they cross the ends of
 // the segment), from the lane's own registers for h >= W. d, c: T_ii and T_i+1,i (c = 0 for the last
 // equation), v: the right-hand side; on exit v = z and d the final pivots (the condition estimate).
@@ -24,7 +23,9 @@ __device__ __forceinline__ void pcr_rows(T (&d)[R], T (&c)[R], T (&v)[R], int q)
 {
 #pragma unroll
     for (int h = 1; h < N; h *= 2) {
-        T cl[R], dl[R], vl[R], cr[R], dr[R], vr[R];
+        T rd[R], cl[R], dl[R], vl[R], cr[R], dr[R], vr[R];    // dl, dr: 1 / d of the neighbours
+#pragma unroll
+        for (int m = 0; m < R; ++m) rd[m] = fast_rcp(d[m]);
         if (h < W) {
             const int sl = (q - h) & (W - 1), sr = (q + h) & (W - 1);
             const bool wrap_l = q < h, wrap_r = q + h >= W;     // neighbour in the previous / next block
@@ -32,10 +33,10 @@ __device__ __forceinline__ void pcr_rows(T (&d)[R], T (&c)[R], T (&v)[R], int q)
 #pragma unroll
             for (int m = 0; m < R; ++m) {
                 c0[m] = __shfl_sync(0xffffffffu, c[m], sl, W);
-                d0[m] = __shfl_sync(0xffffffffu, d[m], sl, W);
+                d0[m] = __shfl_sync(0xffffffffu, rd[m], sl, W);
                 v0[m] = __shfl_sync(0xffffffffu, v[m], sl, W);
                 c1[m] = __shfl_sync(0xffffffffu, c[m], sr, W);
-                d1[m] = __shfl_sync(0xffffffffu, d[m], sr, W);
+                d1[m] = __shfl_sync(0xffffffffu, rd[m], sr, W);
                 v1[m] = __shfl_sync(0xffffffffu, v[m], sr, W);
             }
 #pragma unroll
@@ -48,8 +49,8 @@ __device__ __forceinline__ void pcr_rows(T (&d)[R], T (&c)[R], T (&v)[R], int q)
 #pragma unroll
             for (int m = 0; m < R; ++m) {
                 const int ml = m - h / W >= 0 ? m - h / W : 0, mr = m + h / W < R ? m + h / W : 0;
-                cl[m] = c[ml]; dl[m] = d[ml]; vl[m] = v[ml];
-                cr[m] = c[mr]; dr[m] = d[mr]; vr[m] = v[mr];
+                cl[m] = c[ml]; dl[m] = rd[ml]; vl[m] = v[ml];
+                cr[m] = c[mr]; dr[m] = rd[mr]; vr[m] = v[mr];
             }
         }
 #pragma unroll
@@ -57,39 +58,14 @@ __device__ __forceinline__ void pcr_rows(T (&d)[R], T (&c)[R], T (&v)[R], int q)
             const int i = q + W * m;
             if (i < h) { cl[m] = T(0); dl[m] = T(1); vl[m] = T(0); }
             if (i + h >= N) { dr[m] = T(1); vr[m] = T(0); cr[m] = T(0); }
-            const T al = cl[m] / dl[m], ga = c[m] / dr[m];
+            const T al = cl[m] * dl[m], ga = c[m] * dr[m];
             v[m] = v[m] - al * vl[m] - ga * vr[m];             // eq. (10)
             d[m] = d[m] - al * cl[m] - ga * c[m];
             c[m] = -ga * cr[m];                                 // coupling of i and i + 2h
         }
     }
 #pragma unroll
-    for (int m = 0; m < R; ++m) v[m] /= d[m];
-}
-
-// The same for the block kernel, one equation per thread, the neighbours through sd, sc, sv in
-// shared memory. d0, e0: T; v: the right-hand side, overwritten by z; piv_out: the final pivots.
-template <typename T, int N>
-__device__ void pcr_solve_block(const T* d0, const T* e0, T* v, T* sd, T* sc, T* sv, T* piv_out, int i,
-                                bool active)
-{
-    T d = active ? d0[i] : T(1), c = (active && i < N - 1) ? e0[i] : T(0), vi = active ? v[i] : T(0);
-    for (int h = 1; h < N; h *= 2) {
-        const bool okl = i >= h, okr = i + h < N;              // c: coupling of i and i + h
-        if (active) { sd[i] = d; sc[i] = c; sv[i] = vi; }
-        __syncthreads();
-        const int l = okl ? i - h : i, r = okr ? i + h : i;
-        T cl = sc[l], dl = sd[l], vl = sv[l], dr = sd[r], vr = sv[r], cr = sc[r];
-        __syncthreads();
-        if (!okl) { cl = T(0); dl = T(1); vl = T(0); }
-        if (!okr) { dr = T(1); vr = T(0); cr = T(0); }
-        const T al = cl / dl, ga = c / dr;
-        vi = vi - al * vl - ga * vr;                            // eq. (10)
-        d = d - al * cl - ga * c;
-        c = -ga * cr;
-    }
-    if (active) { v[i] = vi / d; piv_out[i] = d; }
-    __syncthreads();
+    for (int m = 0; m < R; ++m) v[m] *= fast_rcp(d[m]);
 }
 
 // Blocks of 128 threads per SM for __launch_bounds__ of householder_pcr_solve, that is a register cap:
@@ -97,7 +73,7 @@ __device__ void pcr_solve_block(const T* d0, const T* e0, T* v, T* sd, T* sc, T*
 // 6, 8 blocks for the lanes of _hh_lanes (2^20 systems, kernel): float32 N = 32 (W = 16) 13.8 ms
 // uncapped (163 registers), 11.1 ms at 4; float64 N = 16 (W = 8) 5.2 -> 4.0 ms, N = 8 (W = 2)
 // 0.67 -> 0.61 ms, N = 32 (W = 32) 50.7 -> 28.7 ms; float32 N = 8 (W = 2) 0.31 ms uncapped, 0.34 ms
-// at 4; N = 64 (W = 32): every cap spilled more and was slower (26.4 ms uncapped, 42 ms at 4).
+// at 4; float32 N = 64 (W = 32): every cap spilled more and was slower (26.4 ms uncapped, 42 ms at 4).
 template <typename T, int N, int W>
 constexpr int hh_min_blocks()
 {
@@ -169,65 +145,5 @@ __global__ void __launch_bounds__(128, hh_min_blocks<T, N, W>()) householder_pcr
         ok[sys] = good;
         cond[sys] = good ? cmax : T(INFINITY);
         resid[sys] = res_max;
-    }
-}
-
-template <typename T, int N>
-__global__ void __launch_bounds__(256) householder_pcr_block(
-    const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x, T* __restrict__ cond,
-    T* __restrict__ resid, bool* __restrict__ ok, bool* __restrict__ nonfinite, T* __restrict__ asym,
-    long long batch, int nrhs, int spb)
-{
-    static_assert(N > 32, "N <= 32: householder_pcr_solve");
-    using L = HHLayout<N>;
-    constexpr int S = L::S, VL = L::VL;
-    constexpr int PER = L::WL + 12 * VL;                        // shared elements per system
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    T* smem = reinterpret_cast<T*>(smem_raw);
-    const int local = threadIdx.x / N, i = threadIdx.x % N;
-    const long long sys0 = (long long)blockIdx.x * spb;
-    const int nsys = (int)min((long long)spb, batch - sys0);
-    const bool active = local < nsys;
-    T* W = smem + (size_t)local * PER;
-    T* d = W + L::WL;  T* e = d + VL;  T* beta = e + VL;  T* tmp = beta + VL;   // tmp: 2 VL
-    T* y = tmp + 2 * VL;  T* sd = y + VL;  T* sc = sd + VL;  T* sv = sc + VL;  T* piv = sv + VL;
-    T* red = piv + VL;                                          // 2 VL: scratch of group_max
-
-    stage_matrices<T, N, S, PER>(A + sys0 * N * N, smem, nsys);
-    const long long s = sys0 + local;
-    const T* As = A + s * N * N;
-    const T* bs = b + s * N * nrhs;
-    screen_and_tridiagonalize<T, N, S>(bs, nrhs, W, d, e, beta, tmp, i, active, nonfinite + s, asym + s);
-    T res_max = 0, cmax = 0;
-    bool good = true;
-    for (int r = 0; r < nrhs; ++r) {
-        const T br = active ? bs[i * nrhs + r] : T(0);
-        if (active) y[i] = br;
-        __syncthreads();
-        apply_q<T, N, S>(W, beta, y, tmp, true, i, active);             // Q^T b
-        pcr_solve_block<T, N>(d, e, y, sd, sc, sv, piv, i, active);
-        apply_q<T, N, S>(W, beta, y, tmp, false, i, active);            // x = Q z
-        T ri = -br, rs = 0, xa = 0, pa = 0, pb = -T(INFINITY);
-        if (active) {
-            const T xi = y[i];
-            residual_row<T, N, S>(W, As, y, i, ri, rs);
-            x[(s * N + i) * nrhs + r] = xi;
-            xa = isfinite(xi) ? fabs(xi) : T(INFINITY);
-            pa = fabs(piv[i]);
-            pb = -pa;
-        }
-        const T rn = group_max<T, N>(fabs(ri), red, i), an = group_max<T, N>(rs, red, i);
-        const T bn = group_max<T, N>(fabs(br), red, i), xn = group_max<T, N>(xa, red, i);
-        const T pmax = group_max<T, N>(pa, red, i), pmin = -group_max<T, N>(pb, red, i);
-        T rel = rn == T(0) ? T(0) : rn / (an * xn + bn);
-        if (!isfinite(xn) || !isfinite(rel)) { rel = INFINITY; good = false; }
-        res_max = fmax(res_max, rel);
-        cmax = fmax(cmax, pmax / pmin);
-        __syncthreads();
-    }
-    if (active && i == 0) {
-        ok[s] = good;
-        cond[s] = good ? cmax : T(INFINITY);
-        resid[s] = res_max;
     }
 }

@@ -183,3 +183,213 @@ __global__ void __launch_bounds__(128) ldlt_solve(
         resid[sys] = res_max;
     }
 }
+
+// ldlt_solve_rolled<T, N>, 32 < N <= 64 (used for N > 48): the steps of ldlt_solve with one warp per
+// system, lane q owning rows q and q + 32, and the factorization and the solves in rolled loops.
+// Unrolled, the steps of N = 64 (8.8k instructions in float32) overflowed the instruction cache:
+// "no instruction" was the main stall of ldlt_solve<float, 64, 32> (Nsight Compute, H100). Rolled,
+// the rows cannot be indexed by the step: they are shifted down by one entry per step instead, and
+// L goes to the upper triangle of the shared copy, where the solves read it.
+// Measured (kernel, 2^18 systems, H100) against ldlt_solve: float32 N = 64 3.92 against 5.43 ms,
+// N = 56 4.56 against 5.02, N = 48 4.05 against 3.37; float64 N = 64 10.7 against 18.6, N = 56 8.14
+// against 13.8, N = 48 7.04 against 7.41. Two warps per system (one row per thread, a named barrier
+// per step) gave float64 N = 64 10.5 ms, N = 56 11.0: not kept.
+
+// The state of the pivots of ldlt_solve_rolled: no breakdown yet, max and min D_jj, and D_rr of the
+// lane's two rows.
+template <typename T>
+struct RolledPivots {
+    bool good;
+    T dmax, dmin, d[2];
+};
+
+// Steps J0 <= j < J1 of the factorization of ldlt_solve_rolled, a rolled loop. Row r = q + 32 m holds
+// a[m][k] = A_r,j+k, shifted down by one entry per step: K_m = min(32 (m + 1), N) - J0 entries hold
+// every column the row still has (none once K_m <= 0). The rows r >= j publish a[m][0] at
+// col[V - 1 + r - j] (two buffers of COL + V alternate: one __syncwarp per step), so that
+// D_jj = col[V - 1] and column j below the pivot starts 16-byte aligned at col + V; L_rj goes to the
+// upper triangle of the copy, sA[j][r]. A pivot that is not > tol (or not finite) is a breakdown,
+// replaced by safe.
+template <typename T, int N, int J0, int J1>
+__device__ __forceinline__ void rolled_steps(T (&a)[2][N], int q, const bool (&own)[2], T* vec, T* sA, T tol, T safe,
+                                             RolledPivots<T>& pv)
+{
+    constexpr int V = 16 / sizeof(T), COL = (N + 3) / 4 * 4, S = N | 1;
+    constexpr int KMAX = N - J0;                      // the longest row: the last one
+#pragma unroll 1
+    for (int j = J0; j < J1; ++j) {
+        T* col = vec + (j & 1) * (COL + V);
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+            if (32 * (m + 1) > J0 && own[m] && q + 32 * m >= j) col[V - 1 + q + 32 * m - j] = a[m][0];
+        __syncwarp();
+        T d = col[V - 1];
+        if (!(d > tol)) { pv.good = false; d = safe; }
+        pv.dmax = j == 0 || d > pv.dmax ? d : pv.dmax;
+        pv.dmin = j == 0 || d < pv.dmin ? d : pv.dmin;
+        const T rd = fast_rcp(d);
+        T l[2];
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            if (q + 32 * m == j) pv.d[m] = d;
+            l[m] = a[m][0] * rd;
+            if (32 * (m + 1) > J0 && own[m] && q + 32 * m > j) sA[j * S + q + 32 * m] = l[m];
+        }
+#pragma unroll
+        for (int k0 = 0; k0 < KMAX - 1; k0 += V) {
+            T c[V];
+            load16(col + V + k0, c);
+#pragma unroll
+            for (int u = 0; u < V; ++u)
+#pragma unroll
+                for (int m = 0; m < 2; ++m) {
+                    const int k = k0 + u, K = (32 * (m + 1) < N ? 32 * (m + 1) : N) - J0;
+                    if (k < K - 1) a[m][k] = fma(-l[m], c[u], a[m][k + 1]);
+                }
+        }
+    }
+}
+
+// The factorization of ldlt_solve_rolled: rolled_steps in phases of LDLT_PHASE steps, from step J0
+// on. Each phase updates only the registers that still hold entries; shorter phases waste fewer
+// updates and take more code (8 steps: 2848 updates per lane at N = 64, W = 32, against 2512 fully
+// unrolled and 3232 with 16 steps; float32 N = 64 3.92 against 4.28 ms with 16 and the IEEE
+// division).
+constexpr int LDLT_PHASE = 8;
+template <typename T, int N, int J0>
+__device__ __forceinline__ void rolled_phases(T (&a)[2][N], int q, const bool (&own)[2], T* vec, T* sA, T tol, T safe,
+                                              RolledPivots<T>& pv)
+{
+    if constexpr (J0 < N) {
+        constexpr int J1 = J0 + LDLT_PHASE < N ? J0 + LDLT_PHASE : N;
+        rolled_steps<T, N, J0, J1>(a, q, own, vec, sA, tol, safe, pv);
+        rolled_phases<T, N, J1>(a, q, own, vec, sA, tol, safe, pv);
+    }
+}
+
+// Registers: float32 capped at 128 (4 blocks per SM; 3.92 ms against 3.80 uncapped at N = 64, but
+// 4.56 against 4.80 at N = 56), float64 uncapped (255, no spills; capped at 168 it spilled 376 bytes).
+template <typename T, int N>
+__global__ void __launch_bounds__(128, sizeof(T) == 4 ? 4 : 1) ldlt_solve_rolled(
+    const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x, T* __restrict__ cond,
+    T* __restrict__ resid, bool* __restrict__ ok, T* __restrict__ asym, bool* __restrict__ nonfinite,
+    long long batch, int nrhs)
+{
+    static_assert(N > 32 && N <= 64, "32 < N <= 64");
+    using L = RowsLayout<T, N, 32>;
+    constexpr int S = L::S, V = L::V, COL = L::COL, SLOTS = 128 / 32;
+    extern __shared__ unsigned char smem_raw[];
+    T* smem = reinterpret_cast<T*>(smem_raw);
+    const int slot = threadIdx.x / 32, q = threadIdx.x % 32;
+    const long long sys = (long long)blockIdx.x * SLOTS + slot;
+    const bool valid = sys < batch;
+    const bool own[2] = {valid, valid && q + 32 < N};
+    T* sA = smem + (size_t)slot * L::PA;
+    T* vec = smem + ((size_t)SLOTS * L::PA + V - 1) / V * V + (size_t)slot * (L::PC + 2 * V);
+    T* sx = vec + 2 * (COL + V);                      // the solution
+
+    // 1. the shared copy by cp.async: N = 64 in rows of 32 entries per instruction, else a row per lane
+    if (valid) {
+        const T* src = A + (size_t)sys * N * N;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(sA);
+        if constexpr (N == 64) {
+#pragma unroll 8
+            for (int k = 0; k < N * N / 32; ++k)
+                asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
+                             :: "r"(dst + (unsigned)((k / 2 * S + k % 2 * 32 + q) * sizeof(T))),
+                                "l"(src + k * 32 + q), "n"(sizeof(T)) : "memory");
+        } else {
+            for (int r = q; r < N; r += 32)
+#pragma unroll 8
+                for (int k = 0; k < N; ++k)
+                    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
+                                 :: "r"(dst + (unsigned)((r * S + k) * sizeof(T))), "l"(src + r * N + k), "n"(sizeof(T))
+                                 : "memory");
+        }
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncwarp();
+    // 2. the rows into registers; NaN/Inf, max|A|, max|A_rk - A_kr|, max|A_rr|
+    T a[2][N];
+    AbsMax<T> amax, dasym;
+    bool fin = true;
+    T diag = 0;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+        const int r = q + 32 * m;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            a[m][k] = own[m] ? sA[r * S + k] : T(0);
+            amax.add(a[m][k]);
+            if (own[m] && k < r) dasym.add(a[m][k] - sA[k * S + r]);
+            if (k == r) diag = fabs(a[m][k]);
+        }
+        if (own[m])
+            for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(b[((size_t)sys * N + r) * nrhs + c]);
+    }
+    if (!fin) amax.add(T(INFINITY));
+    const T amx = amax.template seg<32>(), dsy = dasym.template seg<32>(), scale = seg_max<T, 32>(diag);
+    if (valid && q == 0) {
+        nonfinite[sys] = !isfinite(amx);
+        asym[sys] = amx > T(0) ? dsy / amx : T(0);
+    }
+    // 3. the factorization
+    const T tol = T(N) * eps<T>() * scale;
+    const T safe = scale > T(0) ? scale : T(1);
+    RolledPivots<T> pv{true, T(0), T(0), {T(1), T(1)}};
+    rolled_phases<T, N, 0>(a, q, own, vec, sA, tol, safe, pv);
+    // 4. the pivots to the column buffer that the last step did not use (L is in the upper triangle)
+    T* piv = vec + (N & 1) * (COL + V);
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+        if (own[m]) piv[q + 32 * m] = pv.d[m];
+    __syncwarp();
+    // 5. the solves and the residual
+    T res_max = 0;
+    for (int c = 0; c < nrhs; ++c) {
+        T z[2], bm[2];
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            bm[m] = own[m] ? b[((size_t)sys * N + q + 32 * m) * nrhs + c] : T(0);
+            z[m] = bm[m];
+        }
+        // L z = b (L_rj = sA[j][r]), D y = z, L^T x = y (L_jr = sA[r][j]); z_j from row block j / 32
+        // (rolled loops, as the factorization)
+#pragma unroll 4
+        for (int j = 0; j < 32; ++j) {
+            const T zj = __shfl_sync(0xffffffffu, z[0], j);
+            if (own[0] && q > j) z[0] -= sA[j * S + q] * zj;
+            if (own[1]) z[1] -= sA[j * S + q + 32] * zj;
+        }
+#pragma unroll 4
+        for (int j = 32; j < N - 1; ++j) {
+            const T zj = __shfl_sync(0xffffffffu, z[1], j - 32);
+            if (own[1] && q + 32 > j) z[1] -= sA[j * S + q + 32] * zj;
+        }
+#pragma unroll
+        for (int m = 0; m < 2; ++m) z[m] /= own[m] ? piv[q + 32 * m] : T(1);
+#pragma unroll 4
+        for (int j = N - 1; j >= 32; --j) {
+            const T xj = __shfl_sync(0xffffffffu, z[1], j - 32);
+            if (own[0]) z[0] -= sA[q * S + j] * xj;
+            if (own[1] && q + 32 < j) z[1] -= sA[(q + 32) * S + j] * xj;
+        }
+#pragma unroll 4
+        for (int j = 31; j > 0; --j) {
+            const T xj = __shfl_sync(0xffffffffu, z[0], j);
+            if (own[0] && q < j) z[0] -= sA[q * S + j] * xj;
+        }
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+            if (own[m]) sx[q + 32 * m] = z[m];
+        __syncwarp();
+        res_max = fmax(res_max, rows_residual<T, N, S, 32, 2>(sA, sx, bm, z, own, q, x + (size_t)sys * N * nrhs + c,
+                                                              nrhs));
+        __syncwarp();
+    }
+    if (valid && q == 0) {
+        ok[sys] = pv.good;
+        cond[sys] = pv.good ? pv.dmax / pv.dmin : T(INFINITY);
+        resid[sys] = res_max;
+    }
+}

@@ -6,8 +6,8 @@ x (B, n, r), cond (B,), n_discarded (B,), ok (B,), residual (B,) [, nonfinite (B
 Per-system flags stay on the device. Kernels: ``cuda/ldlt.cu``, ``cuda/householder_pcr.cu``,
 ``cuda/eigh_small.cu`` (numpy twins: ``ldlt.py``, ``householder.py`` + ``pcr.py``,
 ``tridiag_eigh.py``). LDL^T and Householder + PCR: W lanes per system with R = ceil(n / W) rows per
-lane in registers (``_ldlt_lanes``, ``_hh_lanes``); the eigen kernels and the float64 n > 32
-Householder + PCR kernel: n threads per system. Several systems per block.
+lane in registers (``_ldlt_lanes``, ``_hh_lanes``; LDL^T above ``LDLT_ROLLED_ABOVE``: a warp per
+system, rolled loops); the eigen kernels: n threads per system. Several systems per block.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 from .._kernels import get_function
 
 MAX_N = 64          # largest n the kernels are instantiated for (shared memory per system)
-THREADS = 128       # threads per block: the one-row kernels for n <= 32 (whole warps of systems; n > 32: up
-                    # to 256) and the register-row Householder + PCR kernel (LDL^T: ldlt_stage)
+THREADS = 128       # threads per block: the eigen kernels for n <= 32 (whole warps of systems; n > 32: up
+                    # to 256), the register-row Householder + PCR kernel and LDL^T for n > 32
 
 
 @lru_cache(maxsize=None)
@@ -89,7 +89,8 @@ def _outputs(b):
 
 
 def _ldlt_lanes(n, itemsize):
-    """Lanes per system W of cuda/ldlt.cu (a power of two dividing 32, R = ceil(n / W) rows per lane).
+    """Lanes per system W of ldlt_solve in cuda/ldlt.cu (a power of two dividing 32, R = ceil(n / W) rows
+    per lane), for n <= ``LDLT_ROLLED_ABOVE``.
 
     The rule, from a sweep of W on the H100 (2^20 systems, n = 8 ... 64, both dtypes): at most 4 rows
     per lane, and W doubled while a lane's rows (n (R + 1) / 2 entries) would take more than 96
@@ -111,6 +112,13 @@ def _ldlt_lanes(n, itemsize):
 _LDLT_LANES_MEASURED = {(32, 8): 8}
 
 
+# n above which LDL^T runs ldlt_solve_rolled (cuda/ldlt.cu: rolled loops, the unrolled steps overflow the
+# instruction cache); measured on the H100 (kernel, 2^18 systems), ldlt_solve against it: float32 n = 48
+# 3.37 against 4.05 ms, n = 56 5.02 against 4.56, n = 64 5.43 against 3.92; float64 n = 48 7.41 against
+# 7.04, n = 56 13.8 against 8.14, n = 64 18.6 against 10.7.
+LDLT_ROLLED_ABOVE = 48
+
+
 def _rows_layout(n, w, itemsize):
     """Shared elements per system of the register-row kernels (cuda/ldlt.cu, cuda/householder_pcr.cu):
     RowsLayout::PA + RowsLayout::PC of cuda/common.cuh."""
@@ -129,21 +137,30 @@ def _launch_rows(fn, B, n, w, threads, args, itemsize):
 
 
 def ldlt_stage(A, b, screen=False):
-    """LDL^T factor + solve + residual (+ input screening) in one pass over A: cuda/ldlt.cu, with
-    ``_ldlt_lanes`` lanes per system, one warp per block for n <= 32 and four above."""
+    """LDL^T factor + solve + residual (+ input screening) in one pass over A: cuda/ldlt.cu,
+    ``ldlt_solve`` with ``_ldlt_lanes`` lanes per system for n <= ``LDLT_ROLLED_ABOVE``, else
+    ``ldlt_solve_rolled`` (a warp per system)."""
     import cupy as cp
 
     B, n, r = b.shape
     x, cond, resid = _outputs(b)
     asym = cp.empty(B, dtype=A.dtype)
     ok, nonfinite = cp.empty(B, dtype=bool), cp.empty(B, dtype=bool)
-    w = _ldlt_lanes(n, A.dtype.itemsize)
-    # one warp per block for n <= 32, four above; measured: float64 n = 16 1.55 against 1.78 ms (four),
-    # n = 64 24.1 against 29.0 ms (one)
-    threads = 32 if n <= 32 else 128
-    fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n, w)
-    _launch_rows(fn, B, n, w, threads, (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r)),
-                 A.dtype.itemsize)
+    args = (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r))
+    if n <= LDLT_ROLLED_ABOVE:
+        # one warp per block for n <= 32, four above; measured: float64 n = 16 1.55 against 1.78 ms (four),
+        # n = 64 24.1 against 29.0 ms (one)
+        w = _ldlt_lanes(n, A.dtype.itemsize)
+        fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n, w)
+        _launch_rows(fn, B, n, w, 32 if n <= 32 else THREADS, args, A.dtype.itemsize)
+    else:
+        # one warp per system, four per block; two column buffers of (n + 3) // 4 * 4 + 16 bytes
+        spb = THREADS // 32
+        fn = get_function("ldlt.cu", "ldlt_solve_rolled", A.dtype, n)
+        shmem = spb * (_rows_layout(n, 32, A.dtype.itemsize) + 32 // A.dtype.itemsize) * A.dtype.itemsize + 16
+        _prefer_shared(fn, shmem)
+        if B:
+            fn(((B + spb - 1) // spb,), (THREADS,), args, shared_mem=shmem)
     out = (x, cond, cp.zeros(B, dtype=np.int32), ok, resid)
     return out + ((nonfinite, asym) if screen else ())
 
@@ -155,19 +172,16 @@ def _flags(B, dtype):
 
 
 def _hh_lanes(n, itemsize):
-    """Lanes per system W of householder_pcr_solve (R = ceil(n / W) rows per lane, in registers), or
-    0 for householder_pcr_block (one row per thread in shared memory: float64 n > 32).
+    """Lanes per system W of householder_pcr_solve (R = ceil(n / W) rows per lane, in registers).
 
     The rule, from a sweep of W on the H100 (2^20 systems, kernel, each W at its best register cap):
     the most rows per lane, up to 4, whose entries take at most 256 bytes of registers (R n itemsize;
     float32 n = 64 needs R = 2). Measured: float32 n = 8 W = 2 0.31 ms (W = 4 0.38, W = 8 0.57), n = 16
     W = 4 1.38 ms (W = 8 1.72, W = 16 2.60), n = 32 W = 16 11.1 ms (W = 8 14.0, W = 32 14.0), n = 64
     W = 32 26.4 ms (W = 16 85 ms); float64 n = 8 W = 2 0.61 ms (W = 4 0.71), n = 16 W = 8 4.0 ms
-    (W = 4 4.6), n = 32 W = 32 28.7 ms (W = 16 29.6); float64 n = 64 W = 32 127 ms against 102 ms for
-    the block kernel.
+    (W = 4 4.6), n = 32 W = 32 28.7 ms (W = 16 29.6); float64 n = 64 W = 32 64-69 ms (2026-11-23, after
+    the cp.async loads; a block kernel with one row per thread in shared memory took 101 ms).
     """
-    if n > 32 and itemsize == 8:
-        return 0
     rows = 4
     while rows > 1 and rows * n * itemsize > 256 and -(-n // (rows // 2)) <= 32:
         rows //= 2
@@ -185,7 +199,7 @@ def _hh_layout(n):
 def householder_pcr_stage(A, b):
     """Householder + Q^T b + PCR (the Fig. 9 eliminations in stride form) + Q z + residual + screening:
     cuda/householder_pcr.cu, with ``_hh_lanes`` lanes per system (R rows per lane in registers,
-    four warps per block), or its block kernel."""
+    four warps per block)."""
     import cupy as cp
 
     B, n, r = b.shape
@@ -193,16 +207,9 @@ def householder_pcr_stage(A, b):
     ok = cp.empty(B, dtype=bool)
     nonfinite, asym = _flags(B, A.dtype)
     w = _hh_lanes(n, A.dtype.itemsize)
-    if w:
-        fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n, w)
-        _launch_rows(fn, B, n, w, THREADS, (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r)),
-                     A.dtype.itemsize)
-    else:
-        fn = get_function("householder_pcr.cu", "householder_pcr_block", A.dtype, n)
-        wl, vl = _hh_layout(n)
-        per = (wl + 12 * vl) * A.dtype.itemsize
-        _launch(fn, B, n, per, lambda spb: (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r),
-                                            np.int32(spb)))
+    fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n, w)
+    _launch_rows(fn, B, n, w, THREADS, (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r)),
+                 A.dtype.itemsize)
     return x, cond, cp.zeros(B, dtype=np.int32), ok, resid, nonfinite, asym
 
 

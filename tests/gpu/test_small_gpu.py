@@ -11,7 +11,7 @@ import linalg_gpu as lg
 
 cp = pytest.importorskip("cupy")
 
-SIZES = [1, 2, 3, 5, 8, 16, 31, 32, 33, 64]
+SIZES = [1, 2, 3, 5, 8, 16, 31, 32, 33, 49, 64]      # 49: the rolled LDL^T kernel at an odd n
 DTYPES = [np.float64, np.float32]
 
 
