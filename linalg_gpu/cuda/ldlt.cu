@@ -18,7 +18,8 @@
 // Outputs: x (B, N, nrhs), D-ratio condition estimate, residual (max over right-hand sides), ok
 // flag, and the input screening of solve_small: max|A - A^T| / max|A| and a NaN/Inf flag.
 //
-// W per (dtype, N) is chosen by small/_gpu.py (_ldlt_lanes). Measured on the H100, kernel time for
+// W per (dtype, N) is chosen by small/_gpu.py (_ldlt_lanes); above N = 48 the launcher takes
+// ldlt_solve_rolled (below) instead. Measured on the H100, kernel time for
 // 2^20 systems (2^18 at N = 64) against the former one-row-per-lane kernel (W = N, or W = 32 with
 // two rows for N > 32): float32 N = 16 0.62 ms (W = 4) against 1.11 ms, N = 32 3.13 ms (W = 8)
 // against 5.36 ms, N = 64 5.40 ms (W = 32) against 8.92 ms; float64 N = 16 1.55 ms (W = 4)
