@@ -29,7 +29,8 @@ __device__ __forceinline__ void load16(const double* p, double* c)
 // and two Newton steps, within about 1 ulp (|x| outside [2^-900, 2^900] is scaled by 2^-+200 so that
 // the .ftz estimate sees a normal number and returns one); in float32 rcp.approx (1 ulp, subnormals
 // kept). 1 / 0 is NaN in float64 (inf in float32). Used where the reciprocal sits on a chain of
-// dependent steps: the PCR (householder_pcr.cu) and the LDL^T pivots (ldlt.cu, N > 48).
+// dependent steps: the float64 Householder steps and the PCR (householder.cuh, householder_pcr.cu)
+// and the LDL^T pivots (ldlt.cu, N > 48).
 template <typename T> __device__ __forceinline__ T fast_rcp(T x)
 {
     if constexpr (sizeof(T) == 4) {
@@ -118,8 +119,9 @@ struct RowsLayout {
 
 // Where a lane of a register-row kernel works (blocks of whole warps, 32 / W systems per warp): lane
 // q of its segment, the system sys (valid: sys < batch), the system's shared copy sA (PA elements)
-// and its three vectors vec (PC elements, 16-byte aligned, after the copies of the block's systems).
-template <typename T, int N, int W>
+// and its three vectors vec (PC + XV elements, 16-byte aligned, after the copies of the block's
+// systems; XV: room a kernel needs beyond the three vectors, a multiple of V).
+template <typename T, int N, int W, int XV = 0>
 struct RowsSlot {
     int q;
     long long sys;
@@ -135,7 +137,7 @@ struct RowsSlot {
         sys = (long long)blockIdx.x * slots + slot;
         valid = sys < batch;
         sA = smem + (size_t)slot * L::PA;
-        vec = smem + ((size_t)slots * L::PA + L::V - 1) / L::V * L::V + (size_t)slot * L::PC;
+        vec = smem + ((size_t)slots * L::PA + L::V - 1) / L::V * L::V + (size_t)slot * (L::PC + XV);
     }
     // The matrices of the warp's systems (those below batch; contiguous in A) into their shared
     // copies, by cp.async (sm_80+): every load of the warp is in flight at once and holds no

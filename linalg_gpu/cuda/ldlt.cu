@@ -29,6 +29,53 @@
 
 #include "common.cuh"
 
+// Steps 1 (after the copy) and 2 of ldlt_solve and ldlt_solve_rolled: lane q's rows r = q + W m
+// from the shared copy sA into a[m][0 .. len(m)) (their lower part), the input screening of
+// solve_small (NaN/Inf in A or in the system's right-hand sides bsys, N x nrhs; max|A_rk - A_kr| /
+// max|A| over the strict lower triangle; lane 0 writes the flags when the system exists). Returns
+// the pivot scale max|A_rr| over the system's rows, to every lane.
+template <typename T, int N, int W, int R>
+__device__ __forceinline__ T load_screen_rows_ldlt(const T* sA, const T* __restrict__ bsys, int nrhs, T (&a)[R][N],
+                                                   int q, const bool (&own)[R], bool valid, bool* nonfinite, T* asym)
+{
+    using L = RowsLayout<T, N, W>;
+    constexpr int S = L::S;
+    AbsMax<T> amax, dasym;
+    bool fin = true;
+    T diag = 0;
+#pragma unroll
+    for (int m = 0; m < R; ++m) {
+        const int r = q + W * m;
+#pragma unroll
+        for (int k = 0; k < L::len(m); ++k) a[m][k] = T(0);
+        if (own[m]) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const T v = sA[r * S + k];
+                amax.add(v);
+                if (k < L::len(m)) a[m][k] = v;
+            }
+            for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(bsys[(size_t)r * nrhs + c]);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < R; ++m) {
+        const int r = q + W * m;
+        if (!own[m]) continue;
+        diag = fmax(diag, fabs(sA[r * S + r]));
+#pragma unroll
+        for (int k = 0; k < L::len(m); ++k)
+            if (k < r) dasym.add(a[m][k] - sA[k * S + r]);
+    }
+    if (!fin) amax.add(T(INFINITY));                 // a NaN/Inf right-hand side
+    const T amx = amax.template seg<W>(), dsy = dasym.template seg<W>();
+    if (valid && q == 0) {
+        *nonfinite = !isfinite(amx);
+        *asym = amx > T(0) ? dsy / amx : T(0);
+    }
+    return seg_max<T, W>(diag);
+}
+
 template <typename T, int N, int W>
 __global__ void __launch_bounds__(128) ldlt_solve(
     const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x, T* __restrict__ cond,
@@ -50,46 +97,11 @@ __global__ void __launch_bounds__(128) ldlt_solve(
 #pragma unroll
     for (int m = 0; m < R; ++m) own[m] = valid && (W * R == N || q + W * m < N);
 
-    // 1. the shared copy from global memory, then the rows into registers (their lower part);
-    // NaN/Inf and max|A|
+    // 1.-2. the shared copy, the rows into registers, the screening
     at.copy_matrices(A, batch);
     T a[R][N];
-    AbsMax<T> amax;
-    bool fin = true;
-#pragma unroll
-    for (int m = 0; m < R; ++m) {
-        const int r = q + W * m;
-#pragma unroll
-        for (int k = 0; k < L::len(m); ++k) a[m][k] = T(0);
-        if (own[m]) {
-#pragma unroll
-            for (int k = 0; k < N; ++k) {
-                const T v = sA[r * S + k];
-                amax.add(v);
-                if (k < L::len(m)) a[m][k] = v;
-            }
-            for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(b[((size_t)sys * N + r) * nrhs + c]);
-        }
-    }
-    // 2. max|A_rk - A_kr| over the strict lower triangle, scale = max|A_rr|
-    AbsMax<T> dasym;
-    T diag = 0;
-#pragma unroll
-    for (int m = 0; m < R; ++m) {
-        const int r = q + W * m;
-        if (!own[m]) continue;
-        diag = fmax(diag, fabs(sA[r * S + r]));
-#pragma unroll
-        for (int k = 0; k < L::len(m); ++k)
-            if (k < r) dasym.add(a[m][k] - sA[k * S + r]);
-    }
-    if (!fin) amax.add(T(INFINITY));                 // a NaN/Inf right-hand side
-    const T amx = amax.template seg<W>(), dsy = dasym.template seg<W>();
-    const T scale = seg_max<T, W>(diag);
-    if (valid && q == 0) {
-        nonfinite[sys] = !isfinite(amx);
-        asym[sys] = amx > T(0) ? dsy / amx : T(0);
-    }
+    const T scale = load_screen_rows_ldlt<T, N, W, R>(sA, b + (size_t)sys * N * nrhs, nrhs, a, q, own, valid,
+                                                      nonfinite + sys, asym + sys);
     // 3. the factorization, right-looking: at step j the rows r >= j publish a_rj (unscaled) in
     // the column buffer, every lane reads D_jj = a_jj and the column back (16-byte broadcasts) and
     // updates its rows, a_rk -= L_rj a_kj for k > j with L_rj = a_rj / D_jj. The updates run over
@@ -278,62 +290,23 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? 4 : 1) ldlt_solve_rolled
 {
     static_assert(N > 32 && N <= 64, "32 < N <= 64");
     using L = RowsLayout<T, N, 32>;
-    constexpr int S = L::S, V = L::V, COL = L::COL, SLOTS = 128 / 32;
+    constexpr int S = L::S, V = L::V, COL = L::COL;
     extern __shared__ unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
-    const int slot = threadIdx.x / 32, q = threadIdx.x % 32;
-    const long long sys = (long long)blockIdx.x * SLOTS + slot;
-    const bool valid = sys < batch;
+    const RowsSlot<T, N, 32, 2 * V> at(smem, batch);  // (two column buffers of COL + V)
+    const int q = at.q;
+    const long long sys = at.sys;
+    const bool valid = at.valid;
     const bool own[2] = {valid, valid && q + 32 < N};
-    T* sA = smem + (size_t)slot * L::PA;
-    T* vec = smem + ((size_t)SLOTS * L::PA + V - 1) / V * V + (size_t)slot * (L::PC + 2 * V);
+    T* sA = at.sA;
+    T* vec = at.vec;
     T* sx = vec + 2 * (COL + V);                      // the solution
 
-    // 1. the shared copy by cp.async: N = 64 in rows of 32 entries per instruction, else a row per lane
-    if (valid) {
-        const T* src = A + (size_t)sys * N * N;
-        const unsigned dst = (unsigned)__cvta_generic_to_shared(sA);
-        if constexpr (N == 64) {
-#pragma unroll 8
-            for (int k = 0; k < N * N / 32; ++k)
-                asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
-                             :: "r"(dst + (unsigned)((k / 2 * S + k % 2 * 32 + q) * sizeof(T))),
-                                "l"(src + k * 32 + q), "n"(sizeof(T)) : "memory");
-        } else {
-            for (int r = q; r < N; r += 32)
-#pragma unroll 8
-                for (int k = 0; k < N; ++k)
-                    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
-                                 :: "r"(dst + (unsigned)((r * S + k) * sizeof(T))), "l"(src + r * N + k), "n"(sizeof(T))
-                                 : "memory");
-        }
-    }
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncwarp();
-    // 2. the rows into registers; NaN/Inf, max|A|, max|A_rk - A_kr|, max|A_rr|
+    // 1.-2. the shared copy, the rows into registers, the screening
+    at.copy_matrices(A, batch);
     T a[2][N];
-    AbsMax<T> amax, dasym;
-    bool fin = true;
-    T diag = 0;
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-        const int r = q + 32 * m;
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            a[m][k] = own[m] ? sA[r * S + k] : T(0);
-            amax.add(a[m][k]);
-            if (own[m] && k < r) dasym.add(a[m][k] - sA[k * S + r]);
-            if (k == r) diag = fabs(a[m][k]);
-        }
-        if (own[m])
-            for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(b[((size_t)sys * N + r) * nrhs + c]);
-    }
-    if (!fin) amax.add(T(INFINITY));
-    const T amx = amax.template seg<32>(), dsy = dasym.template seg<32>(), scale = seg_max<T, 32>(diag);
-    if (valid && q == 0) {
-        nonfinite[sys] = !isfinite(amx);
-        asym[sys] = amx > T(0) ? dsy / amx : T(0);
-    }
+    const T scale = load_screen_rows_ldlt<T, N, 32, 2>(sA, b + (size_t)sys * N * nrhs, nrhs, a, q, own, valid,
+                                                       nonfinite + sys, asym + sys);
     // 3. the factorization
     const T tol = T(N) * eps<T>() * scale;
     const T safe = scale > T(0) ? scale : T(1);

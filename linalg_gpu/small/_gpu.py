@@ -126,11 +126,12 @@ def _rows_layout(n, w, itemsize):
     return n * s + (w * s - n * s) % nb + 3 * col + (v - 3 * col % (2 * v)) % (2 * v)
 
 
-def _launch_rows(fn, B, n, w, threads, args, itemsize):
+def _launch_rows(fn, B, n, w, threads, args, itemsize, extra=0):
     """Launch a register-row kernel (RowsLayout, RowsSlot in cuda/common.cuh): w lanes per system,
-    threads // w systems per block, their shared copies and vectors (+ 16 bytes of alignment)."""
+    threads // w systems per block, their shared copies and vectors (+ ``extra`` elements per system,
+    RowsSlot's XV, + 16 bytes of alignment)."""
     spb = threads // w
-    shmem = spb * _rows_layout(n, w, itemsize) * itemsize + 16
+    shmem = spb * (_rows_layout(n, w, itemsize) + extra) * itemsize + 16
     _prefer_shared(fn, shmem)
     if B:
         fn(((B + spb - 1) // spb,), (threads,), args, shared_mem=shmem)
@@ -154,13 +155,9 @@ def ldlt_stage(A, b, screen=False):
         fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n, w)
         _launch_rows(fn, B, n, w, 32 if n <= 32 else THREADS, args, A.dtype.itemsize)
     else:
-        # one warp per system, four per block; two column buffers of (n + 3) // 4 * 4 + 16 bytes
-        spb = THREADS // 32
+        # one warp per system, four per block; RowsSlot<T, N, 32, 2 V>: 32 bytes more per system
         fn = get_function("ldlt.cu", "ldlt_solve_rolled", A.dtype, n)
-        shmem = spb * (_rows_layout(n, 32, A.dtype.itemsize) + 32 // A.dtype.itemsize) * A.dtype.itemsize + 16
-        _prefer_shared(fn, shmem)
-        if B:
-            fn(((B + spb - 1) // spb,), (THREADS,), args, shared_mem=shmem)
+        _launch_rows(fn, B, n, 32, THREADS, args, A.dtype.itemsize, extra=32 // A.dtype.itemsize)
     out = (x, cond, cp.zeros(B, dtype=np.int32), ok, resid)
     return out + ((nonfinite, asym) if screen else ())
 

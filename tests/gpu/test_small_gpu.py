@@ -184,6 +184,28 @@ def test_ldlt_flags_match_numpy_twin(rng, n, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [16, 33, 49, 64])
+def test_ldlt_breakdown_scale_is_max_over_every_diagonal(rng, n, dtype):
+    """The breakdown test D_jj > n eps max|A_ii| with the largest diagonal entry in row 0: a last
+    pivot below the tolerance but above n eps (the tolerance from the other rows alone) is a
+    breakdown on both paths (the rolled kernel once took the maximum over the second row block)."""
+    B = 64
+    A = spd(rng, B, n, dtype)
+    A[:, 0, :] = 0.0
+    A[:, :, 0] = 0.0
+    A[:, 0, 0] = 100.0                                        # max |A_ii|
+    last = np.arange(B) % 2 == 0
+    A[last, n - 1, :] = A[last, :, n - 1] = 0.0
+    A[last, n - 1, n - 1] = 20 * n * np.finfo(dtype).eps      # > n eps, < n eps 100
+    b = rng.standard_normal((B, n)).astype(dtype)
+    kw = dict(method="ldlt", return_report=True, check_finite=False)
+    _, r_c = lg.solve_small(A, b, **kw)
+    _, r_g = lg.solve_small(cp.asarray(A), cp.asarray(b), **kw)
+    assert (r_c.breakdown == last).all()
+    assert (r_g.breakdown.get() == r_c.breakdown).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("method", ["householder_pcr", "eig_truncate"])
 def test_fallback_kernels_screen_like_numpy_twin(rng, n, dtype, method):
