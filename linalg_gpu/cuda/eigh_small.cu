@@ -3,8 +3,9 @@
 // group of N threads, and the truncated solve of the robust strategy (paper 001, section 5,
 // step 3): x = N_k diag(1/w_k) N_k^T b over the eigenvalues w > w_max / cond_max.
 // A system whose input holds NaN or Inf (flagged by the screening) gets NaN outputs.
-// `tree` is the division scheme of Fig. 13 from the host: [nleaves, (start, size)...,
-// nmerges, (start, n1, n2)...], merges deepest first.
+// `tree` is the division scheme of Fig. 13 from the host (_gpu._tree_device): [nleaves,
+// (start, size)..., nmerges, (start, n1, n2)... deepest first, nrounds, per round: the largest
+// merge size and, for each index, its merge packed as start | n1 << 8 | n2 << 16, or -1].
 
 #include "householder.cuh"
 #include "tridiag_eigh.cuh"
@@ -28,8 +29,8 @@ __device__ void eig_setup(const T* A, long long sys0, int nsys, int spb, T* smem
     d = v; e = v + VL; beta = v + 2 * VL; tmp = v + 3 * VL; y = v + 5 * VL;
     sc.lam = v + 6 * VL; sc.dt = v + 7 * VL; sc.dd = v + 8 * VL; sc.z = v + 9 * VL; sc.P = v + 10 * VL;
     sc.Z = v + 11 * VL; sc.O = v + 12 * VL; sc.TAU = v + 13 * VL; sc.sc = v + 14 * VL;
-    ibase = reinterpret_cast<int*>(smem + (size_t)spb * PER) + local * 3 * N;
-    sc.perm = ibase; sc.idx = ibase + N; sc.defl = ibase + 2 * N;
+    ibase = reinterpret_cast<int*>(smem + (size_t)spb * PER) + local * 4 * N;
+    sc.perm = ibase; sc.idx = ibase + N; sc.defl = ibase + 2 * N; sc.close = ibase + 3 * N;
 }
 
 // N <- Q_h N for the matrix of eigenvectors: thread c owns column c.

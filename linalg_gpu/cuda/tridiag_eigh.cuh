@@ -2,10 +2,13 @@
 // of N threads (paper 001, section 5, Algorithm 3; the numpy twin is small/tridiag_eigh.py and
 // computes the same function with the same steps):
 //  - scale to max |entry| = 1; tear by eq. (15) with rho = |c_m| (sign moved into the vector);
-//  - leaves 1x1 and 2x2 (Jacobi rotation); merges bottom-up in the host's order (deepest first);
+//  - leaves 1x1 and 2x2 (Jacobi rotation); merges bottom-up, all merges of one round (the host's
+//    `tree`: merges whose children are done) at once, each thread working for the merge that
+//    holds its index i (local index j = i - st);
 //  - per merge: sort the poles (rank by counting), deflate small components and close poles
-//    (Givens rotations, LAPACK dlaed2's test), solve the secular equation (16) by Gragg's
-//    scheme, one thread per root, safeguarded by a bracket and stopped by dlaed4's bound;
+//    (Givens rotations, LAPACK dlaed2's test; the serial chain runs only where a close pair
+//    exists), solve the secular equation (16) by Gragg's scheme, one thread per root, from
+//    dlaed4's initial guess, safeguarded by a bracket and stopped by dlaed4's bound;
 //    Gu-Eisenstat vector u~ (Loewner), eigenvectors by eq. (17), then diag(O1, O2) W.
 #pragma once
 
@@ -15,8 +18,103 @@ template <typename T>
 struct DCScratch {
     T *Q, *V;                     // N x S each: eigenvectors (block diagonal per node), V of a merge
     T *lam, *dt, *dd, *z, *P, *Z, *O, *TAU, *sc;   // N each (sc: scalars)
-    int *perm, *idx, *defl;       // N each
+    int *perm, *idx, *defl, *close;                // N each (close: per merge, at its start)
 };
+
+// t + x for the root x of c0 + s / (a - x) + S_ / (b - x) = 0 (c0 + s / (a - x) = 0 where
+// `single`) that lands inside the bracket (lo, hi), the nearer one if both do; else the
+// bisection point (the twin's _model_step).
+template <typename T>
+__device__ __forceinline__ T model_step(T c0, T a, T b, T s, T S_, bool single, T t, T lo, T hi)
+{
+    const T qb = -(c0 * (a + b) + s + S_), qc = c0 * a * b + s * b + S_ * a;
+    const T disc = sqrt(fmax(qb * qb - 4 * c0 * qc, T(0)));
+    const T qq = -(qb + (qb >= T(0) ? disc : -disc)) / 2;
+    const T x1 = c0 != T(0) ? (single ? a + s / c0 : qq / c0) : T(INFINITY);
+    const T x2 = qq != T(0) ? qc / qq : T(INFINITY);
+    const T t1 = t + x1, t2 = t + x2;
+    const bool in1 = isfinite(t1) && t1 > lo && t1 < hi;
+    const bool in2 = !single && isfinite(t2) && t2 > lo && t2 < hi;
+    return (in1 && (!in2 || fabs(x1) <= fabs(x2))) ? t1 : (in2 ? t2 : (lo + hi) / 2);
+}
+
+// Root j of 1/r + sum_k w_k^2 / (p_k - lam) = 0 (eq. 16, scaled; K poles p ascending) as
+// lam = o + tau with o the nearer pole; returns whether the iteration cap was hit.
+template <typename T>
+__device__ bool secular_root(const T* p, const T* w, int K, int j, T r, T& o_out, T& tau_out)
+{
+    constexpr int MAX_IT = 64;
+    const T eps_ = eps<T>();
+    const T rinv = T(1) / r;
+    const bool last = j == K - 1;
+    const int jn = last ? j : j + 1;
+    T zsum = 0;
+    for (int k = 0; k < K; ++k) zsum += w[k] * w[k];
+    const T gap = last ? T(1) : p[jn] - p[j];
+    T fm = rinv;                                              // f at the middle, origin p_j
+    if (!last) for (int k = 0; k < K; ++k) fm += w[k] * w[k] / ((p[k] - p[j]) - gap / 2);
+    const bool left = last || fm >= T(0);                    // the nearer pole is the left one
+    const T o = left ? p[j] : p[jn];
+    T lo = left ? T(0) : -gap / 2;
+    T hi = last ? r * zsum : (left ? gap / 2 : T(0));
+    const int ia = j;
+    int ib = last ? j - 1 : j + 1;
+    const bool single = ib < 0;
+    if (single) ib = 0;
+    // dlaed4's start: the two-pole model with the rest of f frozen at the middle
+    const T zj = w[j] * w[j], zn = w[jn] * w[jn];
+    T tau = last ? (lo + hi) / 2
+                 : model_step(fm + (zj - zn) / (gap / 2), p[j] - o, p[jn] - o, zj, zn, false, T(0), lo, hi);
+    for (int it = 0;; ++it) {
+        T f = rinv, f1 = 0, f2 = 0, ab = 0;
+        for (int k = 0; k < K; ++k) {
+            const T rdl = fast_rcp((p[k] - o) - tau);        // one reciprocal per term
+            const T q = w[k] * w[k] * rdl;
+            f += q; f1 += q * rdl; f2 += q * rdl * rdl; ab += fabs(q);
+        }
+        f2 *= T(2);
+        const T bound = eps_ * (T(8) * ab + rinv + fabs(tau) * f1);
+        if (f < T(0)) lo = fmax(lo, tau);
+        if (f > T(0)) hi = fmin(hi, tau);
+        if (!(fabs(f) > bound) || hi - lo <= T(2) * eps_ * fmax(fabs(lo), fabs(hi))) break;
+        if (it == MAX_IT) { o_out = o; tau_out = tau; return true; }
+        const T a = (p[ia] - o) - tau, b = (p[ib] - o) - tau;
+        T sv, Sv, c0;
+        if (single) { sv = a * a * f1; Sv = 0; c0 = f - sv / a; }
+        else {
+            sv = a * a * a * (f1 - b * f2 / 2) / (a - b);
+            Sv = b * b * b * (f1 - a * f2 / 2) / (b - a);
+            c0 = f - sv / a - Sv / b;
+        }
+        tau = model_step(c0, a, b, sv, Sv, single, tau, lo, hi);
+    }
+    o_out = o;
+    tau_out = tau;
+    return false;
+}
+
+// Step 4 for the row st + j of a merge (m rows, K undeflated): the row's old entries (columns in
+// sorted, compressed order) times [V | I], written back in eigenvalue order. M >= m bounds the
+// merge size of the round, so the row stays in registers.
+template <typename T, int S, int M>
+__device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, int m, int K)
+{
+    const int row = st + j;
+    T old[M];
+#pragma unroll
+    for (int c = 0; c < M; ++c) old[c] = c < m ? s.Q[row * S + st + s.perm[st + s.idx[st + c]]] : T(0);
+    for (int c = 0; c < m; ++c) {
+        T v = 0;
+        if (c < K) {
+#pragma unroll
+            for (int k = 0; k < M; ++k) if (k < K) v += old[k] * s.V[(st + k) * S + st + c];
+        } else {
+#pragma unroll
+            for (int k = 0; k < M; ++k) if (k == c) v = old[k];
+        }
+        s.Q[row * S + st + s.defl[st + c]] = v;
+    }
+}
 
 template <typename T, int N, int S>
 __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const int* tree,
@@ -37,12 +135,14 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
     const int* leaves = tree + 1;
     const int nmerges = tree[1 + 2 * nleaves];
     const int* merges = tree + 2 + 2 * nleaves;
+    const int nrounds = merges[3 * nmerges];
+    const int* rounds = merges + 3 * nmerges + 1;           // per round: max m, then N packed merges
     if (active) {
         s.dt[i] = d[i] / scale;
         for (int k = 0; k < N; ++k) Q[i * S + k] = T(0);
     }
     gsync<N>();
-    if (active && i == 0) {                                   // tears (eq. 15)
+    if (active && i == 0) {                                   // tears (eq. 15), deepest first
         for (int g = 0; g < nmerges; ++g) {
             int st = merges[3 * g], n1 = merges[3 * g + 1];
             T rho = fabs(e[st + n1 - 1]) / scale;
@@ -74,175 +174,144 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         }
     }
     gsync<N>();
-    for (int g = 0; g < nmerges; ++g) {
-        const int st = merges[3 * g], n1 = merges[3 * g + 1], n2 = merges[3 * g + 2];
-        const int m = n1 + n2;
-        const T beta = e[st + n1 - 1] / scale;
+    for (int g = 0; g < nrounds; ++g) {
+        const int* rt = rounds + g * (N + 1);
+        const int mmax = rt[0];
+        const int info = active ? rt[1 + i] : -1;
+        const bool in = info >= 0;                            // index i is in a merge of this round
+        const int st = info & 255, n1 = (info >> 8) & 255, m = n1 + ((info >> 16) & 255), j = i - st;
+        const T beta = in ? e[st + n1 - 1] / scale : T(0);
         const T rho = fabs(beta), sgn = beta >= T(0) ? T(1) : T(-1);
         // a. poles and the rank-one vector (rows of the children's eigenvectors)
-        if (active && i < m) {
-            s.dd[i] = s.lam[st + i];
-            s.z[i] = i < n1 ? Q[(st + n1 - 1) * S + st + i] : sgn * Q[(st + n1) * S + st + i];
+        if (in) {
+            s.dd[i] = s.lam[i];
+            s.z[i] = j < n1 ? Q[(st + n1 - 1) * S + i] : sgn * Q[(st + n1) * S + i];
+            if (j == 0) s.close[st] = 0;
         }
         gsync<N>();
-        // b. sort by rank: perm[rank] = original index (columns st + perm[r] of Q)
-        if (active && i < m) {
-            T di = s.dd[i];
+        // b. sort by rank: perm[st + rank] = j (columns st + perm of Q)
+        if (in) {
+            const T di = s.dd[i];
             int rank = 0;
-            for (int k = 0; k < m; ++k) rank += (s.dd[k] < di) || (s.dd[k] == di && k < i);
-            s.perm[rank] = i;
+            for (int k = 0; k < m; ++k) rank += (s.dd[st + k] < di) || (s.dd[st + k] == di && k < j);
+            s.perm[st + rank] = j;
         }
         gsync<N>();
-        if (active && i < m) { s.P[i] = s.dd[s.perm[i]]; s.Z[i] = s.z[s.perm[i]]; }
+        if (in) { s.P[i] = s.dd[st + s.perm[i]]; s.Z[i] = s.z[st + s.perm[i]]; }
         gsync<N>();
-        // c-e. normalization, deflation (sequential, thread 0), compression
-        if (active && i == 0) {
+        // c. normalization and deflation of small components
+        T r = 0, tol = 0, zi = 0;
+        if (in) {
             T zn2 = 0, amax = 0;
-            for (int k = 0; k < m; ++k) { zn2 += s.Z[k] * s.Z[k]; amax = fmax(amax, fabs(s.P[k])); }
-            T zn = sqrt(zn2), r = rho * zn2;
-            T tol = T(8) * eps_ * fmax(amax, r);
-            for (int k = 0; k < m; ++k) { s.Z[k] /= zn; s.defl[k] = (r * fabs(s.Z[k]) <= tol); }
+            for (int k = 0; k < m; ++k) { zn2 += s.Z[st + k] * s.Z[st + k]; amax = fmax(amax, fabs(s.P[st + k])); }
+            r = rho * zn2;
+            tol = T(8) * eps_ * fmax(amax, r);
+            zi = s.Z[i] / sqrt(zn2);
+        }
+        gsync<N>();
+        if (in) { s.Z[i] = zi; s.defl[i] = r * fabs(zi) <= tol; }
+        gsync<N>();
+        // d. close poles: each undeflated pole tests its undeflated predecessor; a merge with a
+        // close pair runs dlaed2's serial chain (rotations change the later tests)
+        if (in && !s.defl[i]) {
+            int k = j - 1;
+            while (k >= 0 && s.defl[st + k]) --k;
+            if (k >= 0) {
+                const T zp = s.Z[st + k], tau = hypot(zp, zi), cs = zi / tau, sn = -zp / tau;
+                if (fabs((s.P[i] - s.P[st + k]) * cs * sn) <= tol) s.close[st] = 1;
+            }
+        }
+        gsync<N>();
+        if (in && j == 0 && s.close[st]) {
             int prev = -1;
             for (int k = 0; k < m; ++k) {
-                if (s.defl[k]) continue;
+                if (s.defl[st + k]) continue;
                 if (prev >= 0) {
-                    T zp = s.Z[prev], zk = s.Z[k];
+                    T zp = s.Z[st + prev], zk = s.Z[st + k];
                     T tau = hypot(zp, zk), cs = zk / tau, sn = -zp / tau;
-                    if (fabs((s.P[k] - s.P[prev]) * cs * sn) <= tol) {
-                        int cp = st + s.perm[prev], ck = st + s.perm[k];
+                    if (fabs((s.P[st + k] - s.P[st + prev]) * cs * sn) <= tol) {
+                        int cp = st + s.perm[st + prev], ck = st + s.perm[st + k];
                         for (int row = st; row < st + m; ++row) {
                             T qp = Q[row * S + cp], qk = Q[row * S + ck];
                             Q[row * S + cp] = cs * qp + sn * qk;
                             Q[row * S + ck] = cs * qk - sn * qp;
                         }
-                        T dp = s.P[prev], dk = s.P[k];
-                        s.P[prev] = dp * cs * cs + dk * sn * sn;
-                        s.P[k] = dp * sn * sn + dk * cs * cs;
-                        s.Z[k] = tau; s.Z[prev] = T(0); s.defl[prev] = 1;
+                        T dp = s.P[st + prev], dk = s.P[st + k];
+                        s.P[st + prev] = dp * cs * cs + dk * sn * sn;
+                        s.P[st + k] = dp * sn * sn + dk * cs * cs;
+                        s.Z[st + k] = tau; s.Z[st + prev] = T(0); s.defl[st + prev] = 1;
                     }
                 }
                 prev = k;
             }
-            int K = 0;
-            for (int k = 0; k < m; ++k) if (!s.defl[k]) s.idx[K++] = k;
-            int q = K;
-            for (int k = 0; k < m; ++k) if (s.defl[k]) s.idx[q++] = k;
-            s.sc[1] = r > T(0) ? r : T(1);
-            s.sc[2] = (T)K;
         }
         gsync<N>();
-        const T r = s.sc[1];
-        const int K = (int)s.sc[2];
-        // compact undeflated poles and weights into dd / z (ascending)
+        // e. compression: undeflated poles first (ascending), deflated after; K of them
+        int K = 0;
+        if (in) {
+            int before = 0, before_d = 0;
+            for (int k = 0; k < m; ++k) {
+                const int dk = s.defl[st + k];
+                K += !dk;
+                if (k < j) { before += !dk; before_d += dk; }
+            }
+            s.idx[st + (s.defl[i] ? K + before_d : before)] = j;
+        }
+        r = r > T(0) ? r : T(1);
+        gsync<N>();
         T pi_ = 0, zi_ = 0;
-        if (active && i < K) { pi_ = s.P[s.idx[i]]; zi_ = s.Z[s.idx[i]]; }
+        if (in && j < K) { pi_ = s.P[st + s.idx[i]]; zi_ = s.Z[st + s.idx[i]]; }
         gsync<N>();
-        if (active && i < K) { s.dd[i] = pi_; s.z[i] = zi_; }
+        if (in && j < K) { s.dd[i] = pi_; s.z[i] = zi_; }
         gsync<N>();
-        // f. secular equation: thread j finds root j (Gragg's scheme, safeguarded)
-        if (active && i < K) {
-            const int j = i;
-            const T* p = s.dd; const T* w = s.z;
-            const T rinv = T(1) / r;
-            const bool last = j == K - 1;
-            T zsum = 0;
-            for (int k = 0; k < K; ++k) zsum += w[k] * w[k];
-            T gap = last ? T(1) : p[j + 1] - p[j];
-            bool left = true;
-            if (!last) {
-                T fm = rinv;
-                for (int k = 0; k < K; ++k) fm += w[k] * w[k] / ((p[k] - p[j]) - gap / 2);
-                left = fm >= T(0);
-            }
-            const T o = left ? p[j] : p[j + 1];
-            T lo = (last || left) ? T(0) : -gap / 2;
-            T hi = last ? r * zsum : (left ? gap / 2 : T(0));
-            T tau = (lo + hi) / 2;
-            const int ia = j;
-            int ib = last ? j - 1 : j + 1;
-            const bool single = ib < 0;
-            if (single) ib = 0;
-            int it = 0;
-            for (; it <= 64; ++it) {
-                T f = rinv, f1 = 0, f2 = 0, ab = 0;
-                for (int k = 0; k < K; ++k) {
-                    const T rdl = T(1) / ((p[k] - o) - tau);      // one division per term
-                    const T q = w[k] * w[k] * rdl;
-                    f += q; f1 += q * rdl; f2 += q * rdl * rdl; ab += fabs(q);
-                }
-                f2 *= T(2);
-                T bound = eps_ * (T(8) * ab + rinv + fabs(tau) * f1);
-                if (f < T(0)) lo = fmax(lo, tau);
-                if (f > T(0)) hi = fmin(hi, tau);
-                if (!(fabs(f) > bound) || hi - lo <= T(2) * eps_ * fmax(fabs(lo), fabs(hi))) break;
-                if (it == 64) break;
-                T a = (p[ia] - o) - tau, b = (p[ib] - o) - tau;
-                T sv, Sv, c0;
-                if (single) { sv = a * a * f1; Sv = 0; c0 = f - sv / a; }
-                else {
-                    sv = a * a * a * (f1 - b * f2 / 2) / (a - b);
-                    Sv = b * b * b * (f1 - a * f2 / 2) / (b - a);
-                    c0 = f - sv / a - Sv / b;
-                }
-                T qb = -(c0 * (a + b) + sv + Sv), qc = c0 * a * b + sv * b + Sv * a;
-                T disc = sqrt(fmax(qb * qb - 4 * c0 * qc, T(0)));
-                T qq = -(qb + (qb >= T(0) ? disc : -disc)) / 2;
-                T x1 = single ? (c0 != T(0) ? a + sv / c0 : T(INFINITY)) : (c0 != T(0) ? qq / c0 : T(INFINITY));
-                T x2 = qq != T(0) ? qc / qq : T(INFINITY);
-                T t1 = tau + x1, t2 = tau + x2;
-                bool in1 = isfinite(t1) && t1 > lo && t1 < hi;
-                bool in2 = !single && isfinite(t2) && t2 > lo && t2 < hi;
-                tau = (in1 && (!in2 || fabs(x1) <= fabs(x2))) ? t1 : (in2 ? t2 : (lo + hi) / 2);
-            }
-            if (it > 64) atomicAdd(hitcap, 1);
-            s.O[j] = o;
-            s.TAU[j] = tau;
+        // f. secular equation: thread j finds root j
+        if (in && j < K) {
+            T o, tau;
+            if (secular_root(s.dd + st, s.z + st, K, j, r, o, tau)) atomicAdd(hitcap, 1);
+            s.O[i] = o;
+            s.TAU[i] = tau;
         }
         gsync<N>();
         // g. Gu-Eisenstat u~ (Loewner): thread i, into dt[i] (the torn diagonal is no longer used)
-        if (active && i < K) {
-            const T* p = s.dd;
-            T wprod = (p[i] - s.O[i]) - s.TAU[i];
-            for (int j = 0; j < K; ++j)
-                if (j != i) wprod *= ((p[i] - s.O[j]) - s.TAU[j]) / (p[i] - p[j]);
+        if (in && j < K) {
+            const T* p = s.dd + st;
+            T wprod = (p[j] - s.O[i]) - s.TAU[i];
+            for (int q = 0; q < K; ++q)
+                if (q != j) wprod *= ((p[j] - s.O[st + q]) - s.TAU[st + q]) / (p[j] - p[q]);
             T zt = sqrt(fmax(-wprod, T(0)));
             s.dt[i] = s.z[i] >= T(0) ? zt : -zt;
         }
         gsync<N>();
         // h. V[:, j] = u~ / (p - lam_j), normalized (eq. 17); thread j writes column j
-        if (active && i < K) {
-            const T* p = s.dd;
+        if (in && j < K) {
+            const T* p = s.dd + st;
             T nrm = 0;
             for (int k = 0; k < K; ++k) {
-                T v = s.dt[k] / ((p[k] - s.O[i]) - s.TAU[i]);
-                V[k * S + i] = v;
+                T v = s.dt[st + k] / ((p[k] - s.O[i]) - s.TAU[i]);
+                V[(st + k) * S + i] = v;
                 nrm += v * v;
             }
             nrm = T(1) / sqrt(nrm);
-            for (int k = 0; k < K; ++k) V[k * S + i] *= nrm;
+            for (int k = 0; k < K; ++k) V[(st + k) * S + i] *= nrm;
         }
         // new eigenvalues in merge order (K secular roots, then deflated poles), then their ranks
-        if (active && i < m) s.Z[i] = i < K ? s.O[i] + s.TAU[i] : s.P[s.idx[i]];
+        if (in) s.Z[i] = j < K ? s.O[i] + s.TAU[i] : s.P[st + s.idx[i]];
         gsync<N>();
-        if (active && i < m) {
-            T li = s.Z[i];
+        if (in) {
+            const T li = s.Z[i];
             int rank = 0;
-            for (int k = 0; k < m; ++k) rank += (s.Z[k] < li) || (s.Z[k] == li && k < i);
-            s.defl[i] = rank;                                   // reuse: final column of merge column i
+            for (int k = 0; k < m; ++k) rank += (s.Z[st + k] < li) || (s.Z[st + k] == li && k < j);
+            s.defl[i] = rank;                                   // reuse: final column of merge column j
             s.lam[st + rank] = li;
         }
         gsync<N>();
-        // i. rows st..st+m-1: new row t = old row t (columns perm-ordered) times [V | I]
-        if (active && i < m) {
-            const int row = st + i;
-            T old[N];                                           // local memory: m varies per merge
-            for (int c = 0; c < m; ++c) old[c] = Q[row * S + st + s.perm[s.idx[c]]];
-            for (int c = 0; c < m; ++c) {
-                T v;
-                if (c < K) { v = 0; for (int k = 0; k < K; ++k) v += old[k] * V[k * S + c]; }
-                else v = old[c];
-                Q[row * S + st + s.defl[c]] = v;
-            }
+        // i. rows st..st+m-1: new row = old row (columns perm-ordered) times [V | I]
+        if (in) {
+            if (mmax <= 4) merge_row<T, S, 4>(s, st, j, m, K);
+            else if (mmax <= 8) merge_row<T, S, (N < 8 ? N : 8)>(s, st, j, m, K);
+            else if (mmax <= 16) merge_row<T, S, (N < 16 ? N : 16)>(s, st, j, m, K);
+            else if (mmax <= 32) merge_row<T, S, (N < 32 ? N : 32)>(s, st, j, m, K);
+            else merge_row<T, S, N>(s, st, j, m, K);
         }
         gsync<N>();
     }

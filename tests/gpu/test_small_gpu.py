@@ -77,6 +77,28 @@ def test_eigh_small_matches_lapack_and_twin(rng, n, dtype):
     assert np.abs(w - w_cpu).max() <= 50 * n * e * scale
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_eigh_small_clustered_spectra_match_lapack_and_twin(rng, n, dtype):
+    """Repeated and clustered eigenvalues, and diagonal matrices (every component deflates): the
+    close-pole deflation and its rotations in the divide and conquer."""
+    Q, _ = np.linalg.qr(rng.standard_normal((150, n, n)))
+    w0 = rng.integers(-2, 3, (150, n)) + rng.standard_normal((150, n)) * 10.0 ** rng.integers(-12, -2, (150, 1))
+    A = (Q * w0[:, None, :]) @ Q.transpose(0, 2, 1)
+    D = np.zeros((50, n, n))
+    D[:, np.arange(n), np.arange(n)] = rng.integers(-2, 3, (50, n))
+    A = np.concatenate([A, D, np.broadcast_to(np.eye(n), (10, n, n))]).astype(dtype)
+    w, V = (a.get() for a in lg.eigh_small(cp.asarray(A)))
+    w_ref = np.linalg.eigvalsh(A.astype(np.float64))
+    scale = np.maximum(np.abs(w_ref).max(axis=1, keepdims=True), 1)      # 1: the zero matrices
+    e = np.finfo(dtype).eps
+    assert np.abs(w - w_ref).max() <= 50 * n * e * scale.max()
+    assert np.abs(V.transpose(0, 2, 1) @ V - np.eye(n)).max() <= 50 * n * e
+    assert (np.abs(A @ V - V * w[:, None, :]).max(axis=(1, 2)) <= 50 * n * e * scale[:, 0]).all()
+    w_cpu, _ = lg.eigh_small(A)
+    assert np.abs(w - w_cpu).max() <= 50 * n * e * scale.max()
+
+
 def test_eig_truncate_discards_like_cpu(rng):
     n = 30
     Q, _ = np.linalg.qr(rng.standard_normal((500, n, n)))
