@@ -33,10 +33,31 @@ __device__ void eig_setup(const T* A, long long sys0, int nsys, int spb, T* smem
     sc.perm = ibase; sc.idx = ibase + N; sc.defl = ibase + 2 * N; sc.close = ibase + 3 * N;
 }
 
-// N <- Q_h N for the matrix of eigenvectors: thread c owns column c.
+// N <- Q_h N for the matrix of eigenvectors: thread c owns column c (in registers, the steps
+// unrolled, for N <= 32).
 template <typename T, int N, int S>
 __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool active)
 {
+    if constexpr (N <= 32) {
+        if (active) {
+            T col[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) col[k] = M[k * S + c];
+#pragma unroll
+            for (int r = 2; r < N; ++r) {
+                T u[N], s = 0;
+#pragma unroll
+                for (int k = 0; k < r; ++k) { u[k] = W[k * S + r]; s += u[k] * col[k]; }
+                s *= beta[r];
+#pragma unroll
+                for (int k = 0; k < r; ++k) col[k] -= u[k] * s;
+            }
+#pragma unroll
+            for (int k = 0; k < N; ++k) M[k * S + c] = col[k];
+        }
+        gsync<N>();
+        return;
+    }
     for (int r = 2; r < N; ++r) {
         if (active) {
             T s = 0;

@@ -277,7 +277,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             const T* p = s.dd + st;
             T wprod = (p[j] - s.O[i]) - s.TAU[i];
             for (int q = 0; q < K; ++q)
-                if (q != j) wprod *= ((p[j] - s.O[st + q]) - s.TAU[st + q]) / (p[j] - p[q]);
+                if (q != j) wprod *= ((p[j] - s.O[st + q]) - s.TAU[st + q]) * fast_rcp(p[j] - p[q]);
             T zt = sqrt(fmax(-wprod, T(0)));
             s.dt[i] = s.z[i] >= T(0) ? zt : -zt;
         }
@@ -287,7 +287,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             const T* p = s.dd + st;
             T nrm = 0;
             for (int k = 0; k < K; ++k) {
-                T v = s.dt[st + k] / ((p[k] - s.O[i]) - s.TAU[i]);
+                T v = s.dt[st + k] * fast_rcp((p[k] - s.O[i]) - s.TAU[i]);
                 V[(st + k) * S + i] = v;
                 nrm += v * v;
             }
