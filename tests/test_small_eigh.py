@@ -252,3 +252,30 @@ def test_eigh_small_reads_lower_triangle_only(rng):
     w2, N2 = lg.eigh_small(np.tril(A) + np.triu(rng.standard_normal((2, n, n)), 1), assume_symmetric=True)
     np.testing.assert_array_equal(w1, w2)
     np.testing.assert_array_equal(N1, N2)
+
+
+@pytest.mark.parametrize("n", list(range(1, 65)))
+def test_gpu_merge_rounds_run_each_merge_after_its_children(n):
+    """The rounds of cuda/tridiag_eigh.cuh (_gpu._merge_rounds): every merge once, after both
+    children, the merges of a round disjoint, each index tagged with its merge, and no round later
+    than needed (a merge's round is one after its later child's)."""
+    from linalg_gpu.small._gpu import _merge_rounds
+    from linalg_gpu.small.tridiag_eigh import _division_tree
+
+    leaves, levels = _division_tree(n)
+    merges = [(s, n1, n2) for n1, n2, starts in levels for s in starts]
+    rounds = _merge_rounds(n, leaves, merges)
+    when = {(s, size): -1 for s, size in leaves}
+    seen = []
+    for g, rt in enumerate(rounds):
+        tags = np.array(rt[1:])
+        here = sorted({int(t) for t in tags if t >= 0})
+        assert rt[0] == max((t >> 8 & 255) + (t >> 16 & 255) for t in here)
+        for t in here:
+            s, n1, n2 = t & 255, t >> 8 & 255, t >> 16 & 255
+            assert (tags[s:s + n1 + n2] == t).all() and (tags == t).sum() == n1 + n2
+            assert max(when[(s, n1)], when[(s + n1, n2)]) == g - 1
+            when[(s, n1 + n2)] = g
+            seen.append((s, n1, n2))
+    assert sorted(seen) == sorted(merges)
+    assert n <= 2 or when[(0, n)] == len(rounds) - 1

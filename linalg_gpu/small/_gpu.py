@@ -78,19 +78,25 @@ def _tree_device(n, device_id):
     flat = [len(leaves)] + [v for leaf in leaves for v in leaf]
     merges = [(s, n1, n2) for n1, n2, starts in levels for s in starts]
     flat += [len(merges)] + [v for m in merges for v in m]
-    # Rounds: a merge runs one round after the later of its children (leaves: round -1); per round
-    # the largest merge size, then for each index the merge holding it, st | n1 << 8 | n2 << 16, or -1.
+    rounds = _merge_rounds(n, leaves, merges)
+    flat += [len(rounds)] + [v for r in rounds for v in r]
+    return cp.asarray(np.array(flat, dtype=np.int32))
+
+
+def _merge_rounds(n, leaves, merges):
+    """The rounds of cuda/tridiag_eigh.cuh: a merge runs one round after the later of its children
+    (leaves: round -1). Per round: the largest merge size, then for each index the merge holding it,
+    start | n1 << 8 | n2 << 16, or -1. ``merges`` (start, n1, n2) deepest first."""
     done = {(s, size): -1 for s, size in leaves}
     rounds = []
-    for s, n1, n2 in merges:                                   # deepest first: children come before
+    for s, n1, n2 in merges:                                   # children come before their parent
         g = 1 + max(done[(s, n1)], done[(s + n1, n2)])
         done[(s, n1 + n2)] = g
         if g == len(rounds):
             rounds.append([0] + [-1] * n)
         rounds[g][0] = max(rounds[g][0], n1 + n2)
         rounds[g][1 + s:1 + s + n1 + n2] = [s | n1 << 8 | n2 << 16] * (n1 + n2)
-    flat += [len(rounds)] + [v for r in rounds for v in r]
-    return cp.asarray(np.array(flat, dtype=np.int32))
+    return rounds
 
 
 def _outputs(b):
