@@ -72,7 +72,7 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
 template <typename T, int N>
 __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs,
                            bool* __restrict__ nonfinite, T* __restrict__ asym,
-                           const int* __restrict__ tree, int* __restrict__ hitcap, long long batch, int spb)
+                           const int* __restrict__ tree, long long batch, int spb)
 {
     constexpr int S = EigLayout<T, N>::S;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T
     const long long s = sys0 + local;
     const bool fin = screen_and_tridiagonalize<T, N, S>(A, 0, W, d, e, beta, tmp, i, active, nonfinite + s,
                                                         asym + s);
-    dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
+    dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active);
     apply_q_columns<T, N, S>(W, beta, sc.Q, i, active);
     if (active) {                                             // NaN for input that is not finite
         w[s * N + i] = fin ? sc.lam[i] : T(NAN);
@@ -101,7 +101,7 @@ template <typename T, int N>
 __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve(const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x,
                                    T* __restrict__ cond, T* __restrict__ resid, int* __restrict__ ndisc,
                                    bool* __restrict__ nonfinite, T* __restrict__ asym,
-                                   const int* __restrict__ tree, int* __restrict__ hitcap, T cond_max,
+                                   const int* __restrict__ tree, T cond_max,
                                    long long batch, int nrhs, int spb)
 {
     constexpr int S = EigLayout<T, N>::S;
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
     const long long s = sys0 + local;
     const bool fin = screen_and_tridiagonalize<T, N, S>(b + s * N * nrhs, nrhs, W, d, e, beta, tmp, i, active,
                                                         nonfinite + s, asym + s);
-    dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active, hitcap);
+    dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active);
     const T* O = sc.Q;
     T* red = sc.sc + 3;                                       // group_max scratch (block version)
     const T lmax = sc.lam[N - 1];

@@ -14,10 +14,11 @@
 // i - h and i + h (h = 2^s); after ceil(log2 N) steps z_i = v_i / d_i. These are the eliminations of
 // pcr.py's Fig. 9 order with the equations left in place (in numpy the two orders gave bitwise equal
 // z and pivots for n = 1 ... 64, both dtypes), without the permutations; the ratios a / d of eq. (10)
-// are taken as a (1 / d), one reciprocal per equation and step, shuffled in place of d. Register rows: lane q holds equations i = q + W m; the neighbours
-// i -+ h come by shuffles for h < W (from the previous or next row block when they cross the ends of
-// the segment), from the lane's own registers for h >= W. d, c: T_ii and T_i+1,i (c = 0 for the last
-// equation), v: the right-hand side; on exit v = z and d the final pivots (the condition estimate).
+// are taken as a (1 / d), one reciprocal per equation and step, shuffled in place of d.
+// Register rows: lane q holds equations i = q + W m; the neighbours i -+ h come by shuffles for
+// h < W (from the previous or next row block when they cross the ends of the segment), from the
+// lane's own registers for h >= W. d, c: T_ii and T_i+1,i (c = 0 for the last equation), v: the
+// right-hand side; on exit v = z and d the final pivots (the condition estimate).
 template <typename T, int N, int W, int R>
 __device__ __forceinline__ void pcr_rows(T (&d)[R], T (&c)[R], T (&v)[R], int q)
 {

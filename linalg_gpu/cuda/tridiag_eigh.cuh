@@ -39,17 +39,17 @@ __device__ __forceinline__ T model_step(T c0, T a, T b, T s, T S_, bool single, 
 }
 
 // Root j of 1/r + sum_k w_k^2 / (p_k - lam) = 0 (eq. 16, scaled; K poles p ascending) as
-// lam = o + tau with o the nearer pole; returns whether the iteration cap was hit.
+// lam = o + tau with o the nearer pole; at most MAX_IT iterations (the twin's _MAX_SECULAR_ITER).
 template <typename T>
-__device__ bool secular_root(const T* p, const T* w, int K, int j, T r, T& o_out, T& tau_out)
+__device__ void secular_root(const T* p, const T* w, int K, int j, T r, T& o_out, T& tau_out)
 {
     constexpr int MAX_IT = 64;
     const T eps_ = eps<T>();
     const T rinv = T(1) / r;
     const bool last = j == K - 1;
     const int jn = last ? j : j + 1;
-    T zsum = 0;
-    for (int k = 0; k < K; ++k) zsum += w[k] * w[k];
+    T zsum = 0;                                               // (the last root's bracket)
+    if (last) for (int k = 0; k < K; ++k) zsum += w[k] * w[k];
     const T gap = last ? T(1) : p[jn] - p[j];
     T fm = rinv;                                              // f at the middle, origin p_j
     if (!last) for (int k = 0; k < K; ++k) fm += w[k] * w[k] / ((p[k] - p[j]) - gap / 2);
@@ -77,7 +77,7 @@ __device__ bool secular_root(const T* p, const T* w, int K, int j, T r, T& o_out
         if (f < T(0)) lo = fmax(lo, tau);
         if (f > T(0)) hi = fmin(hi, tau);
         if (!(fabs(f) > bound) || hi - lo <= T(2) * eps_ * fmax(fabs(lo), fabs(hi))) break;
-        if (it == MAX_IT) { o_out = o; tau_out = tau; return true; }
+        if (it == MAX_IT) break;
         const T a = (p[ia] - o) - tau, b = (p[ib] - o) - tau;
         T sv, Sv, c0;
         if (single) { sv = a * a * f1; Sv = 0; c0 = f - sv / a; }
@@ -90,7 +90,6 @@ __device__ bool secular_root(const T* p, const T* w, int K, int j, T r, T& o_out
     }
     o_out = o;
     tau_out = tau;
-    return false;
 }
 
 // Step 4 for the row st + j of a merge (m rows, K undeflated): the row's old entries (columns in
@@ -117,8 +116,7 @@ __device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, 
 }
 
 template <typename T, int N, int S>
-__device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const int* tree,
-                                int i, bool active, int* hitcap)
+__device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const int* tree, int i, bool active)
 {
     const T eps_ = eps<T>();
     T* Q = s.Q;  T* V = s.V;
@@ -267,7 +265,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         // f. secular equation: thread j finds root j
         if (in && j < K) {
             T o, tau;
-            if (secular_root(s.dd + st, s.z + st, K, j, r, o, tau)) atomicAdd(hitcap, 1);
+            secular_root(s.dd + st, s.z + st, K, j, r, o, tau);
             s.O[i] = o;
             s.TAU[i] = tau;
         }

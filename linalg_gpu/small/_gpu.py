@@ -241,11 +241,10 @@ def eig_truncate_stage(A, b, cond_max):
     x, cond, resid = _outputs(b)
     ndisc = cp.empty(B, dtype=np.int32)
     nonfinite, asym = _flags(B, A.dtype)
-    hit = cp.zeros(1, dtype=np.int32)
     tree = _tree_device(n, cp.cuda.Device().id)
     fn = get_function("eigh_small.cu", "eig_truncate_solve", A.dtype, n)
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
-            lambda spb: (A, b, x, cond, resid, ndisc, nonfinite, asym, tree, hit, A.dtype.type(cond_max),
+            lambda spb: (A, b, x, cond, resid, ndisc, nonfinite, asym, tree, A.dtype.type(cond_max),
                          np.int64(B), np.int32(r), np.int32(spb)))
     return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid, nonfinite, asym
 
@@ -258,11 +257,10 @@ def eigh_small(A):
     w = cp.empty((B, n), dtype=A.dtype)
     V = cp.empty_like(A)
     nonfinite, asym = _flags(B, A.dtype)
-    hit = cp.zeros(1, dtype=np.int32)
     tree = _tree_device(n, cp.cuda.Device().id)
     fn = get_function("eigh_small.cu", "eigh_small", A.dtype, n)
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
-            lambda spb: (A, w, V, nonfinite, asym, tree, hit, np.int64(B), np.int32(spb)))
+            lambda spb: (A, w, V, nonfinite, asym, tree, np.int64(B), np.int32(spb)))
     return w, V, nonfinite, asym
 
 

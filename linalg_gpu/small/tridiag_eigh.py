@@ -100,8 +100,8 @@ def _secular_roots_bl(p, zz, valid, r, k):
 
     p, zz, valid: (K, G) poles (ascending on valid entries), weights, validity; r, k: (G,).
     Returns lam (K, G) and Dl (K, K, G) with Dl[i, j] = p_i - lam_j computed accurately from the
-    shift to the nearer pole, and the count of roots that hit the iteration cap. The roots are
-    handled as one flat list, and each iteration works only on those not yet converged.
+    shift to the nearer pole. The roots are handled as one flat list, and each iteration works only
+    on those not yet converged, at most ``_MAX_SECULAR_ITER`` times.
     """
     K, G = p.shape
     eps = np.finfo(p.dtype).eps
@@ -131,7 +131,6 @@ def _secular_roots_bl(p, zz, valid, r, k):
     guess = _model_step(c_init, pj - o, pn - o, zj, zn, np.zeros(jj.size, dtype=bool), 0, lo, hi)
     tau = np.where(last, (lo + hi) / 2, guess)
     act = np.arange(jj.size)                                           # not yet converged
-    hit_cap = 0
     for it in range(_MAX_SECULAR_ITER + 1):
         full = act.size == jj.size                                     # no gathers while all are active
         t, l_, h_ = (tau, lo, hi) if full else (tau[act], lo[act], hi[act])
@@ -154,10 +153,7 @@ def _secular_roots_bl(p, zz, valid, r, k):
         keep = ~conv
         act, t, l_, h_, Dl, f, f1, f2 = act[keep], t[keep], l_[keep], h_[keep], Dl[:, keep], f[keep], \
             f1[keep], f2[keep]
-        if act.size == 0:
-            break
-        if it == _MAX_SECULAR_ITER:
-            hit_cap = int(act.size)
+        if act.size == 0 or it == _MAX_SECULAR_ITER:
             break
         cols = np.arange(act.size)
         a, b = Dl[ia[act], cols], Dl[ib[act], cols]                    # p_a - lam, p_b - lam
@@ -171,14 +167,14 @@ def _secular_roots_bl(p, zz, valid, r, k):
     lam[jj, gg] = o + tau
     Dl = np.ones((K, K, G), dtype=p.dtype)
     Dl[:, jj, gg] = delta - tau
-    return lam, Dl, hit_cap
+    return lam, Dl
 
 
 def _merge_bl(w1, Q1, w2, Q2, z, rho):
     """Eigen of diag(w1, w2) + rho z z^T in the basis diag(Q1, Q2): steps 2-4 with deflation.
 
     w1 (n1, G), Q1 (n1, n1, G), w2, Q2 likewise, z (n, G), rho (G,) >= 0.
-    Returns w (n, G) ascending, Q (n, n, G), and the number of roots that hit the iteration cap.
+    Returns w (n, G) ascending and Q (n, n, G).
     """
     n1, n2 = w1.shape[0], w2.shape[0]
     n, G = n1 + n2, w1.shape[-1]
@@ -227,7 +223,6 @@ def _merge_bl(w1, Q1, w2, Q2, z, rho):
     K = int(k.max())
     lam = dd.copy()                                                    # deflated eigenvalues stay
     Q = Qb
-    hit_cap = 0
     if K > 0:
         valid = np.arange(K)[:, None] < k[None]                        # (K, G)
         p = dd[:K].copy()
@@ -235,7 +230,7 @@ def _merge_bl(w1, Q1, w2, Q2, z, rho):
         p = np.where(valid, p, (plast + 2 * r + 1)[None])              # park masked poles far right
         zz = np.where(valid, zn[:K] ** 2, 0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            lam_s, Dl, hit_cap = _secular_roots_bl(p, zz, valid, np.where(r > 0, r, 1), k)
+            lam_s, Dl = _secular_roots_bl(p, zz, valid, np.where(r > 0, r, 1), k)
             # Gu-Eisenstat u~ (Loewner): -prod_j (p_i - lam_j) / prod_{j != i} (p_i - p_j).
             pd = p[:, None, :] - p[None, :, :]                         # (i, j, G)
             eye = np.eye(K, dtype=bool)[..., None]
@@ -250,7 +245,7 @@ def _merge_bl(w1, Q1, w2, Q2, z, rho):
         Q[:, :K] = np.where(valid[None], QV, Qb[:, :K])
         lam[:K] = np.where(valid, lam_s, lam[:K])
     order = np.argsort(lam, axis=0, kind="stable")
-    return np.take_along_axis(lam, order, 0), np.take_along_axis(Q, order[None], 1), hit_cap
+    return np.take_along_axis(lam, order, 0), np.take_along_axis(Q, order[None], 1)
 
 
 def _tridiag_eigh_bl(d, e):
@@ -292,7 +287,7 @@ def _tridiag_eigh_bl(d, e):
         beta = cat([e[s + n1 - 1] for s in starts])                    # (L c,)
         sgn = np.where(beta >= 0, 1, -1).astype(dt)
         z = cat([Q1[n1 - 1], sgn * Q2[0]])                             # (n, L c)
-        w, Q, _ = _merge_bl(w1, Q1, w2, Q2, z, np.abs(beta))
+        w, Q = _merge_bl(w1, Q1, w2, Q2, z, np.abs(beta))
         for g, s in enumerate(starts):
             W[s:s + n1 + n2] = w[:, g * c:(g + 1) * c]
             Qs[s] = Q[..., g * c:(g + 1) * c]
