@@ -26,7 +26,8 @@ def test_every_cuda_source_compiles(tmp_path):
 INSTANCES = {
     "ldlt.cu": ["ldlt_solve<float, 8, 4>", "ldlt_solve<double, 33, 32>", "ldlt_solve_rolled<float, 64>",
                 "ldlt_solve_rolled<double, 49>"],
-    "householder_pcr.cu": ["householder_pcr_solve<float, 16, 4>", "householder_pcr_solve<double, 64, 32>"],
+    "householder_pcr.cu": ["householder_pcr_solve<float, 16, 4>", "householder_pcr_solve<float, 33, 32>",
+                           "householder_pcr_solve<double, 64, 32>"],
     "eigh_small.cu": ["eigh_small<float, 8>", "eig_truncate_solve<double, 33>"],
 }
 

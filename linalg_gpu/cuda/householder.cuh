@@ -1,11 +1,22 @@
 // Householder tridiagonalization (paper 001, section 4, eqs. 8-14, the collaborative version of
 // Algorithm 2), three ways: in registers with R rows per lane (tridiagonalize_rows: Householder +
-// PCR, N <= 32 R), in registers with one row per lane (screen_tridiagonalize_regs: the eigen
-// kernels, N <= 32), or in shared memory with one row per thread of a block (tridiagonalize,
-// N > 32). Included by householder_pcr.cu and eigh_small.cu.
+// PCR, N <= 32 R; rolled loops for a warp per system, N > 32), in registers with one row per lane
+// (screen_tridiagonalize_regs: the eigen kernels, N <= 32), or in shared memory with one row per
+// thread of a block (tridiagonalize: the eigen kernels, N > 32). Included by householder_pcr.cu and
+// eigh_small.cu.
 #pragma once
 
 #include "common.cuh"
+
+// The register-row reduction runs in rolled loops (rolled_hh_steps) for a warp per system and
+// N > 32; unrolled below. Measured on the H100 (Householder + PCR kernel, 2^18 systems, against the
+// unrolled steps): float32 N = 40 9.86 -> 6.35 ms, 48 14.0 -> 8.62, 56 18.1 -> 10.5, 64 19.6 -> 11.0;
+// float64 N = 40 14.0 -> 12.5, 48 22.4 -> 16.9, 56 45.5 -> 20.7, 64 67.0 -> 44.7. Phases of 8
+// steps (4: float32 N = 64 11.0 ms, float64 48.2; 16: 11.1, 50.7) and Q^T / Q applied four steps
+// per loop iteration (1: 11.7, 46.8; 2: 11.0, 45.7; 4: 10.8, 44.7).
+template <int N, int W>
+__host__ __device__ constexpr bool hh_rolled() { return W == 32 && N > 32; }
+constexpr int HH_PHASE = 8, HH_APPLY_UNROLL = 4;
 
 // The power of 2 that scales a matrix to max |A_ij| ~ 1 (no under/overflow in the squares of the
 // reduction): 2^ex with ex from frexp(max |A_ij|), clamped so that 2^-ex is a normal number (a
@@ -221,6 +232,117 @@ __device__ void load_screen_rows(const T* __restrict__ bsys, int nrhs, const T* 
     }
 }
 
+// The steps of tridiagonalize_rows in rolled loops, for a warp per system (W = 32, R = 2,
+// 32 < N <= 64). Unrolled, the kernel of float32 N = 64 was 23.5k instructions and overflowed the
+// instruction cache ("no instruction" was its largest stall, 2.7 of 7.1 cycles per instruction,
+// Nsight Compute, H100); rolled, 8.8k. A rolled loop cannot index the registers by the step, so each
+// row is kept reversed and shifted down one entry per step: at step r row i holds
+// a[m][k] = W_i,r-k (k <= r), x of the step is a[m][0] and column r - 1 is a[m][1]. u and q are
+// broadcast in the same order (su[k] = u_r-k, written by lane i at position r - i; the positions
+// above r are kept 0, so the entries a row holds past r are only shifted). Steps J0 <= j < J1
+// (r = N - 1 - j) of one phase; the loops run over the KMAX = N - J0 entries of its first step.
+// The arithmetic is that of the unrolled steps, in the same order (W x summed over the columns
+// ascending: in reverse the PCR pivots, whose ratio is the condition estimate, moved by up to 7x
+// the tolerance of the GPU test against the numpy twin, for float32 N = 64; they are
+// cond(T)^2-sensitive).
+template <typename T, int N, int S, int R, int NV, int J0, int J1>
+__device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* sq, T* beta, int q,
+                                                const bool (&own)[R], T (&d)[R], T (&e)[R], T scale, T (&y)[R])
+{
+    constexpr int W = 32, V = 16 / sizeof(T), COL = (N + 3) / 4 * 4, KMAX = N - J0, RMAX = N - 1 - J0;
+#pragma unroll 1
+    for (int j = J0; j < J1; ++j) {
+        const int r = N - 1 - j;
+        T x[R], u[R], p[R], qv[R], h = 0;
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+            const int i = q + W * m;
+            x[m] = i < r ? a[m][0] : T(0);
+            h += i < r - 1 ? x[m] * x[m] : T(0);
+            if (i <= r) su[r - i] = x[m];
+            p[m] = T(0);
+            if (i == r) d[m] = a[m][0] * scale;                // row r is final from step r on
+        }
+        if (q == 0 && r + 1 < COL) { su[r + 1] = T(0); sq[r + 1] = T(0); }
+        __syncwarp();
+        const T head2 = seg_sum<T, W>(h);
+        T al = a[0][0];
+#pragma unroll
+        for (int m = 1; m < R; ++m) al = r - 1 >= W * m ? a[m][0] : al;
+        const T xl = __shfl_sync(0xffffffffu, al, (r - 1) & (W - 1));
+        const T sigma = step_sqrt(head2 + xl * xl);
+        const bool act = head2 > T(0);
+        const T alpha = !act ? T(0) : (xl >= T(0) ? -sigma : sigma);
+        const T inv_b = act ? step_rcp(sigma * sigma - alpha * xl) : T(0);
+        const T ul = xl - alpha;
+#pragma unroll
+        for (int k0 = (KMAX - 1) / V * V; k0 >= 0; k0 -= V) {  // W x, columns ascending (as unrolled:
+            T c[V];                                             // the entries past r add exact zeros)
+            load16(su + k0, c);
+#pragma unroll
+            for (int t = V - 1; t >= 0; --t)
+#pragma unroll
+                for (int m = 0; m < R; ++m)
+                    if (k0 + t >= 1 && k0 + t < KMAX && W * m < RMAX) p[m] += a[m][k0 + t] * c[t];
+        }
+        T pu = 0;
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+            const int i = q + W * m;
+            p[m] = i < r ? fma(-alpha, a[m][1], p[m]) * inv_b : T(0);
+            u[m] = !act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? ul : T(0)));
+            pu += p[m] * u[m];
+        }
+        T uy = 0;
+#pragma unroll
+        for (int m = 0; m < R; ++m) uy += u[m] * y[m];
+        const T Bi = seg_sum<T, W>(pu) * inv_b / T(2);
+        const T sy = seg_sum<T, W>(uy) * inv_b;                // y <- H_r y
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+            const int i = q + W * m;
+            qv[m] = p[m] - Bi * u[m];
+            y[m] -= u[m] * sy;
+            if (i <= r) sq[r - i] = qv[m];
+        }
+        __syncwarp();
+#pragma unroll
+        for (int k0 = 0; k0 < KMAX; k0 += V) {                 // eq. (13) and the shift
+            T cu[V], cq[V];
+            load16(su + k0, cu);
+            load16(sq + k0, cq);
+#pragma unroll
+            for (int t = 0; t < V; ++t) {
+                const int k = k0 + t;
+                if (k < 1 || k >= KMAX) continue;
+                const T ut = k == 1 ? ul : cu[t];
+#pragma unroll
+                for (int m = 0; m < R; ++m)
+                    if (W * m < RMAX) a[m][k - 1] = fma(-qv[m], ut, fma(-u[m], cq[t], a[m][k]));
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < R; ++m)                             // u_r in column r (for apply_q)
+            if (own[m] && q + W * m < r) sA[(q + W * m) * S + r] = u[m];
+        if (q == 0) beta[r] = inv_b;
+#pragma unroll
+        for (int m = 0; m < R; ++m)
+            if (q + W * m == r - 1) e[m] = (act ? alpha : xl) * scale;
+        __syncwarp();
+    }
+}
+
+template <typename T, int N, int S, int R, int NV, int J0>
+__device__ __forceinline__ void rolled_hh_phases(T (&a)[R][NV], T* sA, T* su, T* sq, T* beta, int q,
+                                                 const bool (&own)[R], T (&d)[R], T (&e)[R], T scale, T (&y)[R])
+{
+    if constexpr (J0 < N - 2) {
+        constexpr int J1 = J0 + HH_PHASE < N - 2 ? J0 + HH_PHASE : N - 2;
+        rolled_hh_steps<T, N, S, R, NV, J0, J1>(a, sA, su, sq, beta, q, own, d, e, scale, y);
+        rolled_hh_phases<T, N, S, R, NV, J1>(a, sA, su, sq, beta, q, own, d, e, scale, y);
+    }
+}
+
 // The reduction A = Q T Q^T (eqs. 8-14, the collaborative Algorithm 2) of the register rows w (from
 // load_screen_rows). At step r (N-1 down to 2) x = row r left of the diagonal, which lane i holds
 // as its own column r (symmetry); u and q are broadcast through the shared su, sq (16-byte aligned,
@@ -228,11 +350,12 @@ __device__ void load_screen_rows(const T* __restrict__ bsys, int nrhs, const T* 
 // the rank-2 update (eq. 13) touches registers only; each broadcast and each shuffle serves the R
 // rows of a lane. The matrix is scaled by a power of 2 to max |A_ij| ~ 1 (exact; no under/overflow
 // in the squares). On exit: d[m] = T_ii and e[m] = T_i+1,i for row i = q + W m (0 past the end),
-// u_r in column r of sA above the diagonal (the lower triangle is left as it was), and
-// beta[r] = 1 / b_r (0 where H_r = I) for r >= 2.
+// u_r in column r of sA above the diagonal (the lower triangle is left as it was),
+// beta[r] = 1 / b_r (0 where H_r = I) for r >= 2, and y <- Q^T y (eq. 14, the reflectors applied to
+// one right-hand side as they are made: its sums run beside those of the step; as apply_q_rows).
 template <typename T, int N, int S, int W, int R, int NV>
 __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta, int q,
-                                    const bool (&own)[R], T (&d)[R], T (&e)[R])
+                                    const bool (&own)[R], T (&d)[R], T (&e)[R], T (&y)[R])
 {
     constexpr int V = 16 / sizeof(T), COL = (N + 3) / 4 * 4;
     AbsMax<T> amax;
@@ -251,76 +374,96 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
     }
     for (int k = q; k < COL; k += W) { su[k] = T(0); sq[k] = T(0); }   // entries past W R stay 0
     __syncwarp();
+    if constexpr (hh_rolled<N, W>()) {
 #pragma unroll
-    for (int r = N - 1; r >= 2; --r) {
-        // p = W u / b with u = x - alpha e_{r-1} (eq. 11) is computed as (W x - alpha W e_{r-1}) / b:
-        // the product W x does not wait for head2, sigma and 1 / b, which are computed beside it.
-        T x[R], u[R], p[R], qv[R], h = 0;
+        for (int m = 0; m < R; ++m) {                           // reversed (register renaming)
+            T t[NV];
 #pragma unroll
-        for (int m = 0; m < R; ++m) {
-            const int i = q + W * m;
-            x[m] = i < r ? w[m][r] : T(0);                      // W[r][i] = W[i][r], x_{r-1} = xl
-            h += i < r - 1 ? x[m] * x[m] : T(0);
-            if (i < COL) su[i] = x[m];
-            p[m] = T(0);
+            for (int k = 0; k < NV; ++k) t[k] = w[m][k];
+#pragma unroll
+            for (int k = 0; k < NV; ++k) w[m][k] = k < N ? t[N - 1 - k] : T(0);
         }
-        __syncwarp();
-        const T head2 = seg_sum<T, W>(h);
-        const T xl = __shfl_sync(0xffffffffu, w[(r - 1) / W][r], (r - 1) % W, W);
-        const T sigma = step_sqrt(head2 + xl * xl);
-        const bool act = head2 > T(0);
-        const T alpha = !act ? T(0) : (xl >= T(0) ? -sigma : sigma);
-        const T inv_b = act ? step_rcp(sigma * sigma - alpha * xl) : T(0);
-        const T ul = xl - alpha;                                // u_{r-1} (where act)
+        rolled_hh_phases<T, N, S, R, NV, 0>(w, sA, su, sq, beta, q, own, d, e, scale, y);
+        // after the last step a[m][k] = W_i,1-k
+        if (q == 0) { d[0] = w[0][1] * scale; e[0] = w[0][0] * scale; }
+        if (q == 1) d[0] = w[0][0] * scale;
+    } else {
 #pragma unroll
-        for (int k0 = 0; k0 < r; k0 += V) {                     // W x
-            T c[V];
-            load16(su + k0, c);
+        for (int r = N - 1; r >= 2; --r) {
+            // p = W u / b with u = x - alpha e_{r-1} (eq. 11) is computed as (W x - alpha W e_{r-1}) / b:
+            // the product W x does not wait for head2, sigma and 1 / b, which are computed beside it.
+            T x[R], u[R], p[R], qv[R], h = 0;
 #pragma unroll
-            for (int t = 0; t < V; ++t)
-#pragma unroll
-                for (int m = 0; m < R; ++m) p[m] += w[m][k0 + t] * c[t];
-        }
-        T pu = 0;
-#pragma unroll
-        for (int m = 0; m < R; ++m) {                           // p (eq. 12), u; 0 for rows >= r
-            const int i = q + W * m;
-            p[m] = i < r ? fma(-alpha, w[m][r - 1], p[m]) * inv_b : T(0);
-            u[m] = !act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? ul : T(0)));
-            pu += p[m] * u[m];
-        }
-        const T Bi = seg_sum<T, W>(pu) * inv_b / T(2);
-#pragma unroll
-        for (int m = 0; m < R; ++m) {                           // q = p - B u
-            const int i = q + W * m;
-            qv[m] = p[m] - Bi * u[m];
-            if (i < COL) sq[i] = qv[m];
-        }
-        __syncwarp();
-#pragma unroll
-        for (int k0 = 0; k0 < r; k0 += V) {                     // eq. (13), rows < r; su holds x,
-            T cu[V], cq[V];                                     // u differs from it in entry r - 1
-            load16(su + k0, cu);
-            load16(sq + k0, cq);
-#pragma unroll
-            for (int t = 0; t < V; ++t) {
-                const T ut = k0 + t == r - 1 ? ul : cu[t];      // (where !act, u = q = 0 in registers)
-#pragma unroll
-                for (int m = 0; m < R; ++m)
-                    if (W * m < r) w[m][k0 + t] = fma(-qv[m], ut, fma(-u[m], cq[t], w[m][k0 + t]));
+            for (int m = 0; m < R; ++m) {
+                const int i = q + W * m;
+                x[m] = i < r ? w[m][r] : T(0);                      // W[r][i] = W[i][r], x_{r-1} = xl
+                h += i < r - 1 ? x[m] * x[m] : T(0);
+                if (i < COL) su[i] = x[m];
+                p[m] = T(0);
             }
-        }
+            __syncwarp();
+            const T head2 = seg_sum<T, W>(h);
+            const T xl = __shfl_sync(0xffffffffu, w[(r - 1) / W][r], (r - 1) % W, W);
+            const T sigma = step_sqrt(head2 + xl * xl);
+            const bool act = head2 > T(0);
+            const T alpha = !act ? T(0) : (xl >= T(0) ? -sigma : sigma);
+            const T inv_b = act ? step_rcp(sigma * sigma - alpha * xl) : T(0);
+            const T ul = xl - alpha;                                // u_{r-1} (where act)
 #pragma unroll
-        for (int m = 0; m < R; ++m)                             // u_r in column r (for apply_q)
-            if (W * m < r && own[m] && q + W * m < r) sA[(q + W * m) * S + r] = u[m];
-        if (q == 0) beta[r] = inv_b;
-        if (q == (r - 1) % W) e[(r - 1) / W] = (act ? alpha : xl) * scale;
-        if (q == r % W) d[r / W] = w[r / W][r] * scale;        // row r is final from step r on
-        __syncwarp();
+            for (int k0 = 0; k0 < r; k0 += V) {                     // W x
+                T c[V];
+                load16(su + k0, c);
+#pragma unroll
+                for (int t = 0; t < V; ++t)
+#pragma unroll
+                    for (int m = 0; m < R; ++m) p[m] += w[m][k0 + t] * c[t];
+            }
+            T pu = 0;
+#pragma unroll
+            for (int m = 0; m < R; ++m) {                           // p (eq. 12), u; 0 for rows >= r
+                const int i = q + W * m;
+                p[m] = i < r ? fma(-alpha, w[m][r - 1], p[m]) * inv_b : T(0);
+                u[m] = !act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? ul : T(0)));
+                pu += p[m] * u[m];
+            }
+            T uy = 0;
+#pragma unroll
+            for (int m = 0; m < R; ++m) uy += u[m] * y[m];
+            const T Bi = seg_sum<T, W>(pu) * inv_b / T(2);
+            const T sy = seg_sum<T, W>(uy) * inv_b;                // y <- H_r y
+#pragma unroll
+            for (int m = 0; m < R; ++m) {                           // q = p - B u
+                const int i = q + W * m;
+                qv[m] = p[m] - Bi * u[m];
+                y[m] -= u[m] * sy;
+                if (i < COL) sq[i] = qv[m];
+            }
+            __syncwarp();
+#pragma unroll
+            for (int k0 = 0; k0 < r; k0 += V) {                     // eq. (13), rows < r; su holds x,
+                T cu[V], cq[V];                                     // u differs from it in entry r - 1
+                load16(su + k0, cu);
+                load16(sq + k0, cq);
+#pragma unroll
+                for (int t = 0; t < V; ++t) {
+                    const T ut = k0 + t == r - 1 ? ul : cu[t];      // (where !act, u = q = 0 in registers)
+#pragma unroll
+                    for (int m = 0; m < R; ++m)
+                        if (W * m < r) w[m][k0 + t] = fma(-qv[m], ut, fma(-u[m], cq[t], w[m][k0 + t]));
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < R; ++m)                             // u_r in column r (for apply_q)
+                if (W * m < r && own[m] && q + W * m < r) sA[(q + W * m) * S + r] = u[m];
+            if (q == 0) beta[r] = inv_b;
+            if (q == (r - 1) % W) e[(r - 1) / W] = (act ? alpha : xl) * scale;
+            if (q == r % W) d[r / W] = w[r / W][r] * scale;        // row r is final from step r on
+            __syncwarp();
+        }
+        if (q == 0) d[0] = w[0][0] * scale;
+        if (N > 1 && q == 1 % W) d[1 / W] = w[1 / W][1 < NV ? 1 : 0] * scale;
+        if (N > 1 && q == 0) e[0] = w[0][1 < NV ? 1 : 0] * scale;
     }
-    if (q == 0) d[0] = w[0][0] * scale;
-    if (N > 1 && q == 1 % W) d[1 / W] = w[1 / W][1 < NV ? 1 : 0] * scale;
-    if (N > 1 && q == 0) e[0] = w[0][1 < NV ? 1 : 0] * scale;
 }
 
 // W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form.
@@ -562,7 +705,8 @@ __device__ void apply_q(const T* W, const T* beta, T* y, T* tmp, bool transpose,
 template <bool TRANSPOSE, typename T, int N, int S, int W, int R>
 __device__ __forceinline__ void apply_q_rows(const T* sA, const T* beta, T (&y)[R], int q, const bool (&own)[R])
 {
-#pragma unroll
+    constexpr int UNROLL = hh_rolled<N, W>() ? HH_APPLY_UNROLL : N;
+#pragma unroll UNROLL
     for (int t = 2; t < N; ++t) {
         const int r = TRANSPOSE ? N + 1 - t : t;
         T u[R], s = 0;

@@ -70,15 +70,17 @@ __device__ __forceinline__ void pcr_rows(T (&d)[R], T (&c)[R], T (&v)[R], int q)
 }
 
 // Blocks of 128 threads per SM for __launch_bounds__ of householder_pcr_solve, that is a register cap:
-// 4 (128 registers), except float32 N <= 8 and N > 32 (uncapped). Swept on the H100 over 1, 3, 4, 5,
-// 6, 8 blocks for the lanes of _hh_lanes (2^20 systems, kernel): float32 N = 32 (W = 16) 13.8 ms
-// uncapped (163 registers), 11.1 ms at 4; float64 N = 16 (W = 8) 5.2 -> 4.0 ms, N = 8 (W = 2)
-// 0.67 -> 0.61 ms, N = 32 (W = 32) 50.7 -> 28.7 ms; float32 N = 8 (W = 2) 0.31 ms uncapped, 0.34 ms
-// at 4; float32 N = 64 (W = 32): every cap spilled more and was slower (26.4 ms uncapped, 42 ms at 4).
+// 4 (128 registers), except float32 N <= 8 and N > 32 (uncapped) and float32 N > 40 (3 blocks, 168
+// registers). Swept on the H100 over 1, 3, 4, 5, 6, 8 blocks for the lanes of _hh_lanes (2^20
+// systems, kernel): float32 N = 32 (W = 16) 13.8 ms uncapped (163 registers), 11.1 ms at 4; float64
+// N = 16 (W = 8) 5.2 -> 4.0 ms, N = 8 (W = 2) 0.67 -> 0.61 ms, N = 32 (W = 32) 50.7 -> 28.7 ms;
+// float32 N = 8 (W = 2) 0.31 ms uncapped, 0.34 ms at 4. With the rolled reduction (N > 32, 2^18
+// systems): float32 N = 64 13.7 ms uncapped (252 registers), 11.0 at 3 blocks; N = 56 13.3 -> 10.5,
+// N = 48 11.0 -> 8.6, N = 40 6.35 uncapped (146 registers) against 6.55.
 template <typename T, int N, int W>
 constexpr int hh_min_blocks()
 {
-    return (N > 32 || (sizeof(T) == 4 && N <= 8)) ? 1 : 4;
+    return (sizeof(T) == 4 && N > 40) ? 3 : ((N > 32 || (sizeof(T) == 4 && N <= 8)) ? 1 : 4);
 }
 
 template <typename T, int N, int W>
@@ -107,7 +109,10 @@ __global__ void __launch_bounds__(128, hh_min_blocks<T, N, W>()) householder_pcr
     T w[R][NV], d[R], e[R];
     at.copy_matrices(A, batch);
     load_screen_rows<T, N, S, W, R, NV>(bs, nrhs, sA, w, q, own, valid, nonfinite + sys, asym + sys);
-    tridiagonalize_rows<T, N, S, W, R, NV>(w, sA, su, sq, beta, q, own, d, e);   // (ends synchronized)
+    T y0[R];                                                   // the first right-hand side, Q^T b in the reduction
+#pragma unroll
+    for (int m = 0; m < R; ++m) y0[m] = own[m] && nrhs > 0 ? bs[(size_t)(q + W * m) * nrhs] : T(0);
+    tridiagonalize_rows<T, N, S, W, R, NV>(w, sA, su, sq, beta, q, own, d, e, y0);   // (ends synchronized)
     T res_max = 0, cmax = 0;
     bool good = true;
     for (int c = 0; c < nrhs; ++c) {
@@ -115,11 +120,11 @@ __global__ void __launch_bounds__(128, hh_min_blocks<T, N, W>()) householder_pcr
 #pragma unroll
         for (int m = 0; m < R; ++m) {
             bm[m] = own[m] ? bs[(size_t)(q + W * m) * nrhs + c] : T(0);
-            y[m] = bm[m];
+            y[m] = c == 0 ? y0[m] : bm[m];
             pd[m] = own[m] ? d[m] : T(1);
             pc[m] = own[m] ? e[m] : T(0);
         }
-        apply_q_rows<true, T, N, S, W, R>(sA, beta, y, q, own);            // Q^T b
+        if (c > 0) apply_q_rows<true, T, N, S, W, R>(sA, beta, y, q, own);  // Q^T b
         pcr_rows<T, N, W, R>(pd, pc, y, q);                                // T z = Q^T b
         apply_q_rows<false, T, N, S, W, R>(sA, beta, y, q, own);           // x = Q z
 #pragma unroll
