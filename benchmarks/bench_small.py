@@ -137,7 +137,8 @@ def gpu_main(args):
           f"mix {mix}")
     print("first-call compile times [s]:", {k: round(v, 2) for k, v in COMPILE_SECONDS.items()})
     return {
-        "benchmark": "small_gpu", "device": name, "repeat": args.repeat, "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "benchmark": "small_gpu", "device": name, "repeat": args.repeat,
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
         "cupy": cp.__version__, "copy_bandwidth_bytes_per_s": bw, "rows": rows,
         "fig2_auto": {"batch": 2**20, "seconds": t_auto, "competitor": "cupy.linalg.solve",
                       "competitor_s": t_ref, "method_mix": mix},
