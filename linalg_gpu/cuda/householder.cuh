@@ -242,9 +242,8 @@ __device__ void load_screen_rows(const T* __restrict__ bsys, int nrhs, const T* 
 // above r are kept 0, so the entries a row holds past r are only shifted). Steps J0 <= j < J1
 // (r = N - 1 - j) of one phase; the loops run over the KMAX = N - J0 entries of its first step.
 // The arithmetic is that of the unrolled steps, in the same order (W x summed over the columns
-// ascending: in reverse the PCR pivots, whose ratio is the condition estimate, moved by up to 7x
-// the tolerance of the GPU test against the numpy twin, for float32 N = 64; they are
-// cond(T)^2-sensitive).
+// ascending; the entries past r add exact zeros first), so both give the same T: the condition
+// estimate of Householder + PCR, the ratio of the PCR pivots, moves with the last bits of T.
 template <typename T, int N, int S, int R, int NV, int J0, int J1>
 __device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* sq, T* beta, int q,
                                                 const bool (&own)[R], T (&d)[R], T (&e)[R], T scale, T (&y)[R])

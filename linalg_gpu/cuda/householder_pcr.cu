@@ -70,8 +70,8 @@ __device__ __forceinline__ void pcr_rows(T (&d)[R], T (&c)[R], T (&v)[R], int q)
 }
 
 // Blocks of 128 threads per SM for __launch_bounds__ of householder_pcr_solve, that is a register cap:
-// 4 (128 registers), except float32 N <= 8 and N > 32 (uncapped) and float32 N > 40 (3 blocks, 168
-// registers). Swept on the H100 over 1, 3, 4, 5, 6, 8 blocks for the lanes of _hh_lanes (2^20
+// 4 (128 registers); none for float32 N <= 8 and for N > 32, but 3 (168 registers) for float32
+// N > 40. Swept on the H100 over 1, 3, 4, 5, 6, 8 blocks for the lanes of _hh_lanes (2^20
 // systems, kernel): float32 N = 32 (W = 16) 13.8 ms uncapped (163 registers), 11.1 ms at 4; float64
 // N = 16 (W = 8) 5.2 -> 4.0 ms, N = 8 (W = 2) 0.67 -> 0.61 ms, N = 32 (W = 32) 50.7 -> 28.7 ms;
 // float32 N = 8 (W = 2) 0.31 ms uncapped, 0.34 ms at 4. With the rolled reduction (N > 32, 2^18
