@@ -232,6 +232,48 @@ __device__ void load_screen_rows(const T* __restrict__ bsys, int nrhs, const T* 
     }
 }
 
+// The scalars of reduction step r (eq. 11) from head2 = |x_0..r-2|^2 and xl = x_r-1: the reflector
+// is the identity (act false: u = q = 0, inv_b = 0) when nothing below the subdiagonal is left.
+template <typename T>
+struct StepScalars {
+    bool act;
+    T alpha, inv_b, ul;                               // ul = u_r-1 = xl - alpha
+};
+template <typename T>
+__device__ __forceinline__ StepScalars<T> step_scalars(T head2, T xl)
+{
+    const T sigma = step_sqrt(head2 + xl * xl);
+    const bool act = head2 > T(0);
+    const T alpha = !act ? T(0) : (xl >= T(0) ? -sigma : sigma);
+    return {act, alpha, act ? step_rcp(sigma * sigma - alpha * xl) : T(0), xl - alpha};
+}
+
+// Eq. (12) of step r for the register rows of lane q, after p = W x: p = (W x - alpha W e_r-1) / b
+// (wl: column r - 1 of the rows), u, q = p - B u with B = u.p / (2 b), and y <- H_r y; 0 for rows
+// >= r.
+template <typename T, int W, int R>
+__device__ __forceinline__ void step_vectors(const StepScalars<T>& st, T (&p)[R], const T (&x)[R], const T (&wl)[R],
+                                             int r, int q, T (&u)[R], T (&qv)[R], T (&y)[R])
+{
+    T pu = 0, uy = 0;
+#pragma unroll
+    for (int m = 0; m < R; ++m) {
+        const int i = q + W * m;
+        p[m] = i < r ? fma(-st.alpha, wl[m], p[m]) * st.inv_b : T(0);
+        u[m] = !st.act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? st.ul : T(0)));
+        pu += p[m] * u[m];
+    }
+#pragma unroll
+    for (int m = 0; m < R; ++m) uy += u[m] * y[m];
+    const T Bi = seg_sum<T, W>(pu) * st.inv_b / T(2);
+    const T sy = seg_sum<T, W>(uy) * st.inv_b;
+#pragma unroll
+    for (int m = 0; m < R; ++m) {
+        qv[m] = p[m] - Bi * u[m];
+        y[m] -= u[m] * sy;
+    }
+}
+
 // The steps of tridiagonalize_rows in rolled loops, for a warp per system (W = 32, R = 2,
 // 32 < N <= 64). Unrolled, the kernel of float32 N = 64 was 23.5k instructions and overflowed the
 // instruction cache ("no instruction" was its largest stall, 2.7 of 7.1 cycles per instruction,
@@ -269,11 +311,7 @@ __device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* 
 #pragma unroll
         for (int m = 1; m < R; ++m) al = r - 1 >= W * m ? a[m][0] : al;
         const T xl = __shfl_sync(0xffffffffu, al, (r - 1) & (W - 1));
-        const T sigma = step_sqrt(head2 + xl * xl);
-        const bool act = head2 > T(0);
-        const T alpha = !act ? T(0) : (xl >= T(0) ? -sigma : sigma);
-        const T inv_b = act ? step_rcp(sigma * sigma - alpha * xl) : T(0);
-        const T ul = xl - alpha;
+        const StepScalars<T> st = step_scalars(head2, xl);
 #pragma unroll
         for (int k0 = (KMAX - 1) / V * V; k0 >= 0; k0 -= V) {  // W x, columns ascending (as unrolled:
             T c[V];                                             // the entries past r add exact zeros)
@@ -284,26 +322,13 @@ __device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* 
                 for (int m = 0; m < R; ++m)
                     if (k0 + t >= 1 && k0 + t < KMAX && W * m < RMAX) p[m] += a[m][k0 + t] * c[t];
         }
-        T pu = 0;
+        T wl[R];
 #pragma unroll
-        for (int m = 0; m < R; ++m) {
-            const int i = q + W * m;
-            p[m] = i < r ? fma(-alpha, a[m][1], p[m]) * inv_b : T(0);
-            u[m] = !act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? ul : T(0)));
-            pu += p[m] * u[m];
-        }
-        T uy = 0;
+        for (int m = 0; m < R; ++m) wl[m] = a[m][1];
+        step_vectors<T, W, R>(st, p, x, wl, r, q, u, qv, y);
 #pragma unroll
-        for (int m = 0; m < R; ++m) uy += u[m] * y[m];
-        const T Bi = seg_sum<T, W>(pu) * inv_b / T(2);
-        const T sy = seg_sum<T, W>(uy) * inv_b;                // y <- H_r y
-#pragma unroll
-        for (int m = 0; m < R; ++m) {
-            const int i = q + W * m;
-            qv[m] = p[m] - Bi * u[m];
-            y[m] -= u[m] * sy;
-            if (i <= r) sq[r - i] = qv[m];
-        }
+        for (int m = 0; m < R; ++m)
+            if (q + W * m <= r) sq[r - q - W * m] = qv[m];
         __syncwarp();
 #pragma unroll
         for (int k0 = 0; k0 < KMAX; k0 += V) {                 // eq. (13) and the shift
@@ -314,7 +339,7 @@ __device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* 
             for (int t = 0; t < V; ++t) {
                 const int k = k0 + t;
                 if (k < 1 || k >= KMAX) continue;
-                const T ut = k == 1 ? ul : cu[t];
+                const T ut = k == 1 ? st.ul : cu[t];
 #pragma unroll
                 for (int m = 0; m < R; ++m)
                     if (W * m < RMAX) a[m][k - 1] = fma(-qv[m], ut, fma(-u[m], cq[t], a[m][k]));
@@ -323,10 +348,10 @@ __device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* 
 #pragma unroll
         for (int m = 0; m < R; ++m)                             // u_r in column r (for apply_q)
             if (own[m] && q + W * m < r) sA[(q + W * m) * S + r] = u[m];
-        if (q == 0) beta[r] = inv_b;
+        if (q == 0) beta[r] = st.inv_b;
 #pragma unroll
         for (int m = 0; m < R; ++m)
-            if (q + W * m == r - 1) e[m] = (act ? alpha : xl) * scale;
+            if (q + W * m == r - 1) e[m] = (st.act ? st.alpha : xl) * scale;
         __syncwarp();
     }
 }
@@ -403,11 +428,7 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
             __syncwarp();
             const T head2 = seg_sum<T, W>(h);
             const T xl = __shfl_sync(0xffffffffu, w[(r - 1) / W][r], (r - 1) % W, W);
-            const T sigma = step_sqrt(head2 + xl * xl);
-            const bool act = head2 > T(0);
-            const T alpha = !act ? T(0) : (xl >= T(0) ? -sigma : sigma);
-            const T inv_b = act ? step_rcp(sigma * sigma - alpha * xl) : T(0);
-            const T ul = xl - alpha;                                // u_{r-1} (where act)
+            const StepScalars<T> st = step_scalars(head2, xl);
 #pragma unroll
             for (int k0 = 0; k0 < r; k0 += V) {                     // W x
                 T c[V];
@@ -417,26 +438,13 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
 #pragma unroll
                     for (int m = 0; m < R; ++m) p[m] += w[m][k0 + t] * c[t];
             }
-            T pu = 0;
+            T wl[R];
 #pragma unroll
-            for (int m = 0; m < R; ++m) {                           // p (eq. 12), u; 0 for rows >= r
-                const int i = q + W * m;
-                p[m] = i < r ? fma(-alpha, w[m][r - 1], p[m]) * inv_b : T(0);
-                u[m] = !act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? ul : T(0)));
-                pu += p[m] * u[m];
-            }
-            T uy = 0;
+            for (int m = 0; m < R; ++m) wl[m] = w[m][r - 1];
+            step_vectors<T, W, R>(st, p, x, wl, r, q, u, qv, y);
 #pragma unroll
-            for (int m = 0; m < R; ++m) uy += u[m] * y[m];
-            const T Bi = seg_sum<T, W>(pu) * inv_b / T(2);
-            const T sy = seg_sum<T, W>(uy) * inv_b;                // y <- H_r y
-#pragma unroll
-            for (int m = 0; m < R; ++m) {                           // q = p - B u
-                const int i = q + W * m;
-                qv[m] = p[m] - Bi * u[m];
-                y[m] -= u[m] * sy;
-                if (i < COL) sq[i] = qv[m];
-            }
+            for (int m = 0; m < R; ++m)
+                if (q + W * m < COL) sq[q + W * m] = qv[m];
             __syncwarp();
 #pragma unroll
             for (int k0 = 0; k0 < r; k0 += V) {                     // eq. (13), rows < r; su holds x,
@@ -445,7 +453,7 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
                 load16(sq + k0, cq);
 #pragma unroll
                 for (int t = 0; t < V; ++t) {
-                    const T ut = k0 + t == r - 1 ? ul : cu[t];      // (where !act, u = q = 0 in registers)
+                    const T ut = k0 + t == r - 1 ? st.ul : cu[t];   // (where !act, u = q = 0 in registers)
 #pragma unroll
                     for (int m = 0; m < R; ++m)
                         if (W * m < r) w[m][k0 + t] = fma(-qv[m], ut, fma(-u[m], cq[t], w[m][k0 + t]));
@@ -454,8 +462,8 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
 #pragma unroll
             for (int m = 0; m < R; ++m)                             // u_r in column r (for apply_q)
                 if (W * m < r && own[m] && q + W * m < r) sA[(q + W * m) * S + r] = u[m];
-            if (q == 0) beta[r] = inv_b;
-            if (q == (r - 1) % W) e[(r - 1) / W] = (act ? alpha : xl) * scale;
+            if (q == 0) beta[r] = st.inv_b;
+            if (q == (r - 1) % W) e[(r - 1) / W] = (st.act ? st.alpha : xl) * scale;
             if (q == r % W) d[r / W] = w[r / W][r] * scale;        // row r is final from step r on
             __syncwarp();
         }
