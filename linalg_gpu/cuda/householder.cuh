@@ -672,9 +672,9 @@ __device__ bool screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T*
 }
 
 // The input screening and the reduction to tridiagonal form with one row per lane (the eigen
-// kernels), one system per group of Group<N>::W lanes, on the matrix that stage_matrices put into W. N <= 32: screen_tridiagonalize_regs; above:
-// screen_and_symmetrize and tridiagonalize. bsys: the system's
-// nrhs right-hand sides in global memory; active: the system exists and lane i has a row.
+// kernels), one system per group of Group<N>::W lanes, on the matrix that stage_matrices put into
+// W. N <= 32: screen_tridiagonalize_regs; above: screen_and_symmetrize and tridiagonalize. bsys:
+// the system's nrhs right-hand sides in global memory; active: the system exists and lane i has a row.
 // A system whose input is not finite is reduced as the zero matrix (NaN would derail the index
 // arithmetic of the divide and conquer); returns whether the input is finite. Every thread of the
 // block calls this.
