@@ -29,8 +29,9 @@ __device__ __forceinline__ void load16(const double* p, double* c)
 // and two Newton steps, within about 1 ulp (|x| outside [2^-900, 2^900] is scaled by 2^-+200 so that
 // the .ftz estimate sees a normal number and returns one); in float32 rcp.approx (1 ulp, subnormals
 // kept). 1 / 0 is NaN in float64 (inf in float32). Used where the reciprocal sits on a chain of
-// dependent steps: the float64 Householder steps and the PCR (householder.cuh, householder_pcr.cu)
-// and the LDL^T pivots (ldlt.cu, N > 48).
+// dependent steps: the float64 Householder steps and the PCR (householder.cuh, householder_pcr.cu),
+// the LDL^T pivots (ldlt.cu, N > 48), and the secular sums, Loewner products and eq. (17) of the
+// divide and conquer (tridiag_eigh.cuh).
 template <typename T> __device__ __forceinline__ T fast_rcp(T x)
 {
     if constexpr (sizeof(T) == 4) {
@@ -97,6 +98,22 @@ template <> struct AbsMax<double> {
         return __hiloint2double(r, 0);
     }
 };
+
+// The end of the input screening of the register-row kernels (ldlt.cu, householder_pcr.cu): a
+// NaN/Inf right-hand side (fin false) counts as an infinite entry, the maxima over the W lanes of the
+// segment, and lane 0 writes the flags of solve_small when the system exists: NaN/Inf in the input,
+// and max|A_ik - A_ki| / max|A|.
+template <typename T, int W>
+__device__ __forceinline__ void write_screening(AbsMax<T> amax, const AbsMax<T>& dasym, bool fin, int q, bool valid,
+                                                bool* nonfinite, T* asym)
+{
+    if (!fin) amax.add(T(INFINITY));
+    const T amx = amax.template seg<W>(), dsy = dasym.template seg<W>();
+    if (valid && q == 0) {
+        *nonfinite = !isfinite(amx);
+        *asym = amx > T(0) ? dsy / amx : T(0);
+    }
+}
 
 template <typename T, int N, int W>
 struct RowsLayout {

@@ -55,15 +55,14 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
 #pragma unroll
             for (int k = 0; k < N; ++k) M[k * S + c] = col[k];
         }
-        gsync<N>();
-        return;
-    }
-    for (int r = 2; r < N; ++r) {
-        if (active) {
-            T s = 0;
-            for (int k = 0; k < r; ++k) s += W[k * S + r] * M[k * S + c];   // u_r: column r of W
-            s *= beta[r];
-            for (int k = 0; k < r; ++k) M[k * S + c] -= W[k * S + r] * s;
+    } else {
+        for (int r = 2; r < N; ++r) {
+            if (active) {
+                T s = 0;
+                for (int k = 0; k < r; ++k) s += W[k * S + r] * M[k * S + c];   // u_r: column r of W
+                s *= beta[r];
+                for (int k = 0; k < r; ++k) M[k * S + c] -= W[k * S + r] * s;
+            }
         }
     }
     gsync<N>();

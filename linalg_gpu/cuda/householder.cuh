@@ -224,12 +224,7 @@ __device__ void load_screen_rows(const T* __restrict__ bsys, int nrhs, const T* 
             }
         }
     }
-    if (!fin) amax.add(T(INFINITY));                            // a NaN/Inf right-hand side
-    const T amx = amax.template seg<W>(), dsy = dasym.template seg<W>();
-    if (valid && q == 0) {
-        *nonfinite = !isfinite(amx);
-        *asym = amx > T(0) ? dsy / amx : T(0);
-    }
+    write_screening<T, W>(amax, dasym, fin, q, valid, nonfinite, asym);
 }
 
 // The scalars of reduction step r (eq. 11) from head2 = |x_0..r-2|^2 and xl = x_r-1: the reflector

@@ -67,12 +67,7 @@ __device__ __forceinline__ T load_screen_rows_ldlt(const T* sA, const T* __restr
         for (int k = 0; k < L::len(m); ++k)
             if (k < r) dasym.add(a[m][k] - sA[k * S + r]);
     }
-    if (!fin) amax.add(T(INFINITY));                 // a NaN/Inf right-hand side
-    const T amx = amax.template seg<W>(), dsy = dasym.template seg<W>();
-    if (valid && q == 0) {
-        *nonfinite = !isfinite(amx);
-        *asym = amx > T(0) ? dsy / amx : T(0);
-    }
+    write_screening<T, W>(amax, dasym, fin, q, valid, nonfinite, asym);
     return seg_max<T, W>(diag);
 }
 
