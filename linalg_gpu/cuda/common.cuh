@@ -99,6 +99,38 @@ template <> struct AbsMax<double> {
     }
 };
 
+// The first right-hand side of the lane's rows q + W m into sb[q + W m] by cp.async, issued before
+// RowsSlot::copy_matrices, whose wait covers it: these loads are in flight with the copy of A and
+// hold no register. Used by ldlt.cu: read after the copy, b took a second round trip to memory (5 %
+// of the stall samples of ldlt_solve_rolled<double, 64>). householder_pcr.cu keeps its order: there
+// the same change cost float64 N = 32 15 % (more spills at its 128-register cap).
+template <typename T, int W, int R>
+__device__ __forceinline__ void copy_rhs0(const T* __restrict__ bsys, int nrhs, const bool (&own)[R], int q, T* sb)
+{
+#pragma unroll
+    for (int m = 0; m < R; ++m)
+        if (own[m] && nrhs > 0)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
+                         :: "r"((unsigned)__cvta_generic_to_shared(sb + q + W * m)),
+                            "l"(bsys + (size_t)(q + W * m) * nrhs), "n"(sizeof(T)) : "memory");
+}
+
+// Whether the right-hand sides of the lane's rows are finite: the first from sb (copy_rhs0), the
+// others from bsys.
+template <typename T, int W, int R>
+__device__ __forceinline__ bool rhs_finite(const T* __restrict__ bsys, int nrhs, const bool (&own)[R], int q,
+                                           const T* sb)
+{
+    bool fin = true;
+#pragma unroll
+    for (int m = 0; m < R; ++m) {
+        if (!own[m] || nrhs == 0) continue;
+        fin = fin && isfinite(sb[q + W * m]);
+        for (int c = 1; c < nrhs; ++c) fin = fin && isfinite(bsys[(size_t)(q + W * m) * nrhs + c]);
+    }
+    return fin;
+}
+
 // The end of the input screening of the register-row kernels (ldlt.cu, householder_pcr.cu): a
 // NaN/Inf right-hand side (fin false) counts as an infinite entry, the maxima over the W lanes of the
 // segment, and lane 0 writes the flags of solve_small when the system exists: NaN/Inf in the input,

@@ -5,8 +5,9 @@
 // part). Only __syncwarp synchronizes. The column of step j is broadcast through shared memory,
 // which plays the role of the paper's communicating threads (Algorithm 1); R > 1 rows per lane
 // share the per-step work of a system (the paper's hybrid n* < n threads per system).
-// 1. The warp copies its systems' matrices into their shared copies (cp.async, all loads in flight
-//    at once), and every lane reads its rows into registers: every byte of A is read once.
+// 1. The warp copies its systems' matrices into their shared copies and the first right-hand side
+//    into the solution vector (cp.async, all loads in flight at once), and every lane reads its rows
+//    into registers: every byte of A is read once.
 // 2. Input screening on the copy: NaN/Inf, max|A - A^T| / max|A|, the pivot scale max|A_ii|.
 // 3. Factorization (right-looking, eq. 5). A pivot that is not > N eps max|A_ii| (or not finite)
 //    is a breakdown: the system is flagged and the pivot replaced by max|A_ii| so that nothing
@@ -18,8 +19,8 @@
 // Outputs: x (B, N, nrhs), D-ratio condition estimate, residual (max over right-hand sides), ok
 // flag, and the input screening of solve_small: max|A - A^T| / max|A| and a NaN/Inf flag.
 //
-// W per (dtype, N) is chosen by small/_gpu.py (_ldlt_lanes); above N = 48 the launcher takes
-// ldlt_solve_rolled (below) instead. Measured on the H100, kernel time for
+// W per (dtype, N) is chosen by small/_gpu.py (_ldlt_lanes); above N = 48 (float64: 40) the launcher
+// takes ldlt_solve_rolled (below) instead. Measured on the H100, kernel time for
 // 2^20 systems (2^18 at N = 64) against the former one-row-per-lane kernel (W = N, or W = 32 with
 // two rows for N > 32): float32 N = 16 0.62 ms (W = 4) against 1.11 ms, N = 32 3.13 ms (W = 8)
 // against 5.36 ms, N = 64 5.40 ms (W = 32) against 8.92 ms; float64 N = 16 1.55 ms (W = 4)
@@ -31,17 +32,16 @@
 
 // Steps 1 (after the copy) and 2 of ldlt_solve and ldlt_solve_rolled: lane q's rows r = q + W m
 // from the shared copy sA into a[m][0 .. len(m)) (their lower part), the input screening of
-// solve_small (NaN/Inf in A or in the system's right-hand sides bsys, N x nrhs; max|A_rk - A_kr| /
-// max|A| over the strict lower triangle; lane 0 writes the flags when the system exists). Returns
-// the pivot scale max|A_rr| over the system's rows, to every lane.
+// solve_small (NaN/Inf in A or, fin false, in the right-hand sides; max|A_rk - A_kr| / max|A| over
+// the strict lower triangle; lane 0 writes the flags when the system exists). Returns the pivot
+// scale max|A_rr| over the system's rows, to every lane.
 template <typename T, int N, int W, int R>
-__device__ __forceinline__ T load_screen_rows_ldlt(const T* sA, const T* __restrict__ bsys, int nrhs, T (&a)[R][N],
-                                                   int q, const bool (&own)[R], bool valid, bool* nonfinite, T* asym)
+__device__ __forceinline__ T load_screen_rows_ldlt(const T* sA, bool fin, T (&a)[R][N], int q, const bool (&own)[R],
+                                                   bool valid, bool* nonfinite, T* asym)
 {
     using L = RowsLayout<T, N, W>;
     constexpr int S = L::S;
     AbsMax<T> amax, dasym;
-    bool fin = true;
     T diag = 0;
 #pragma unroll
     for (int m = 0; m < R; ++m) {
@@ -55,7 +55,6 @@ __device__ __forceinline__ T load_screen_rows_ldlt(const T* sA, const T* __restr
                 amax.add(v);
                 if (k < L::len(m)) a[m][k] = v;
             }
-            for (int c = 0; c < nrhs; ++c) fin = fin && isfinite(bsys[(size_t)r * nrhs + c]);
         }
     }
 #pragma unroll
@@ -92,10 +91,13 @@ __global__ void __launch_bounds__(128) ldlt_solve(
 #pragma unroll
     for (int m = 0; m < R; ++m) own[m] = valid && (W * R == N || q + W * m < N);
 
-    // 1.-2. the shared copy, the rows into registers, the screening
-    at.copy_matrices(A, batch);
+    // 1.-2. the shared copy (and the first right-hand side into sx, free until the solves), the rows into
+    // registers, the screening
+    const T* bs = b + (size_t)sys * N * nrhs;
     T a[R][N];
-    const T scale = load_screen_rows_ldlt<T, N, W, R>(sA, b + (size_t)sys * N * nrhs, nrhs, a, q, own, valid,
+    copy_rhs0<T, W, R>(bs, nrhs, own, q, sx);
+    at.copy_matrices(A, batch);
+    const T scale = load_screen_rows_ldlt<T, N, W, R>(sA, rhs_finite<T, W, R>(bs, nrhs, own, q, sx), a, q, own, valid,
                                                       nonfinite + sys, asym + sys);
     // 3. the factorization, right-looking: at step j the rows r >= j publish a_rj (unscaled) in
     // the column buffer, every lane reads D_jj = a_jj and the column back (16-byte broadcasts) and
@@ -155,7 +157,7 @@ __global__ void __launch_bounds__(128) ldlt_solve(
         T z[R], bm[R];
 #pragma unroll
         for (int m = 0; m < R; ++m) {
-            bm[m] = own[m] ? b[((size_t)sys * N + q + W * m) * nrhs + c] : T(0);
+            bm[m] = own[m] ? (c == 0 ? sx[q + W * m] : bs[(size_t)(q + W * m) * nrhs + c]) : T(0);
             z[m] = bm[m];
         }
         // L z = b: z_j broadcast at step j
@@ -192,8 +194,9 @@ __global__ void __launch_bounds__(128) ldlt_solve(
     }
 }
 
-// ldlt_solve_rolled<T, N>, 32 < N <= 64 (used for N > 48): the steps of ldlt_solve with one warp per
-// system, lane q owning rows q and q + 32, and the factorization and the solves in rolled loops.
+// ldlt_solve_rolled<T, N>, 32 < N <= 64 (used for N > 48, float64 N > 40): the steps of ldlt_solve
+// with one warp per system, lane q owning rows q and q + 32, and the factorization and the solves in
+// rolled loops.
 // Unrolled, the steps of N = 64 (8.8k instructions in float32) overflowed the instruction cache:
 // "no instruction" was the main stall of ldlt_solve<float, 64, 32> (Nsight Compute, H100). Rolled,
 // the rows cannot be indexed by the step: they are shifted down by one entry per step instead, and
@@ -201,23 +204,48 @@ __global__ void __launch_bounds__(128) ldlt_solve(
 // Measured (kernel, 2^18 systems, H100) against ldlt_solve: float32 N = 64 3.92 against 5.43 ms,
 // N = 56 4.56 against 5.02, N = 48 4.05 against 3.37; float64 N = 64 10.7 against 18.6, N = 56 8.14
 // against 13.8, N = 48 7.04 against 7.41. Two warps per system (one row per thread, a named barrier
-// per step) gave float64 N = 64 10.5 ms, N = 56 11.0: not kept.
+// per step) gave float64 N = 64 10.5 ms, N = 56 11.0: not kept. Session 13 (one warp per block, the
+// first right-hand side by cp.async with A, the pivot's reciprocal from next_pivot): float64 N = 64
+// 7.52 ms, float32 3.56 ms (one process against the same kernel before these changes, 32 threads per
+// block: 7.99 and 3.88 ms; with 128 threads 10.4 and 3.99 ms).
 
-// The state of the pivots of ldlt_solve_rolled: no breakdown yet, max and min D_jj, and D_rr of the
-// lane's two rows.
+// Steps per phase of the factorization of ldlt_solve_rolled (rolled_phases).
+constexpr int LDLT_PHASE = 8;
+
+// The state of the pivots of ldlt_solve_rolled, per lane: no breakdown among the pivots of the lane's
+// rows so far, D_rr of its two rows, and rn = 1 / D_jj for the next pivot j where the lane holds row j.
 template <typename T>
 struct RolledPivots {
     bool good;
-    T dmax, dmin, d[2];
+    T d[2], rn;
 };
+
+// The pivot of step j (> J0 - 1) of ldlt_solve_rolled, A_jj after step j - 1 (in a[j / 32][0] of lane
+// j % 32), prepared by that lane right after its update of step j - 1, so that its reciprocal is no
+// longer on the chain of the step (the other lanes compute the same for their rows, unused). A
+// pivot that is not > tol (or not finite) is a breakdown, replaced by safe.
+template <typename T, int N, int J0>
+__device__ __forceinline__ void next_pivot(const T (&a)[2][N], int j, int q, T tol, T safe, RolledPivots<T>& pv)
+{
+    const bool lower = J0 + LDLT_PHASE >= 32 && j >= 32;    // row j in the second row block
+    T d = lower ? a[1][0] : a[0][0];
+    const bool owner = q == j % 32;
+    if (!(d > tol)) {
+        if (owner) pv.good = false;
+        d = safe;
+    }
+    if (owner) {
+        if (lower) pv.d[1] = d; else pv.d[0] = d;
+    }
+    pv.rn = fast_rcp(d);
+}
 
 // Steps J0 <= j < J1 of the factorization of ldlt_solve_rolled, a rolled loop. Row r = q + 32 m holds
 // a[m][k] = A_r,j+k, shifted down by one entry per step: K_m = min(32 (m + 1), N) - J0 entries hold
 // every column the row still has (none once K_m <= 0). The rows r >= j publish a[m][0] at
-// col[V - 1 + r - j] (two buffers of COL + V alternate: one __syncwarp per step), so that
-// D_jj = col[V - 1] and column j below the pivot starts 16-byte aligned at col + V; L_rj goes to the
-// upper triangle of the copy, sA[j][r]. A pivot that is not > tol (or not finite) is a breakdown,
-// replaced by safe.
+// col[V - 1 + r - j] (two buffers of COL + V alternate: one __syncwarp per step), where the pivot row
+// publishes 1 / D_jj instead (from next_pivot), so that column j below the pivot starts 16-byte
+// aligned at col + V; L_rj goes to the upper triangle of the copy, sA[j][r].
 template <typename T, int N, int J0, int J1>
 __device__ __forceinline__ void rolled_steps(T (&a)[2][N], int q, const bool (&own)[2], T* vec, T* sA, T tol, T safe,
                                              RolledPivots<T>& pv)
@@ -229,17 +257,13 @@ __device__ __forceinline__ void rolled_steps(T (&a)[2][N], int q, const bool (&o
         T* col = vec + (j & 1) * (COL + V);
 #pragma unroll
         for (int m = 0; m < 2; ++m)
-            if (32 * (m + 1) > J0 && own[m] && q + 32 * m >= j) col[V - 1 + q + 32 * m - j] = a[m][0];
+            if (32 * (m + 1) > J0 && own[m] && q + 32 * m >= j)
+                col[V - 1 + q + 32 * m - j] = q + 32 * m == j ? pv.rn : a[m][0];
         __syncwarp();
-        T d = col[V - 1];
-        if (!(d > tol)) { pv.good = false; d = safe; }
-        pv.dmax = j == 0 || d > pv.dmax ? d : pv.dmax;
-        pv.dmin = j == 0 || d < pv.dmin ? d : pv.dmin;
-        const T rd = fast_rcp(d);
+        const T rd = col[V - 1];
         T l[2];
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-            if (q + 32 * m == j) pv.d[m] = d;
             l[m] = a[m][0] * rd;
             if (32 * (m + 1) > J0 && own[m] && q + 32 * m > j) sA[j * S + q + 32 * m] = l[m];
         }
@@ -255,6 +279,7 @@ __device__ __forceinline__ void rolled_steps(T (&a)[2][N], int q, const bool (&o
                     if (k < K - 1) a[m][k] = fma(-l[m], c[u], a[m][k + 1]);
                 }
         }
+        if (j + 1 < N) next_pivot<T, N, J0>(a, j + 1, q, tol, safe, pv);
     }
 }
 
@@ -263,7 +288,6 @@ __device__ __forceinline__ void rolled_steps(T (&a)[2][N], int q, const bool (&o
 // updates and take more code (8 steps: 2848 updates per lane at N = 64, W = 32, against 2512 fully
 // unrolled and 3232 with 16 steps; float32 N = 64 3.92 against 4.28 ms with 16 and the IEEE
 // division).
-constexpr int LDLT_PHASE = 8;
 template <typename T, int N, int J0>
 __device__ __forceinline__ void rolled_phases(T (&a)[2][N], int q, const bool (&own)[2], T* vec, T* sA, T tol, T safe,
                                               RolledPivots<T>& pv)
@@ -297,16 +321,24 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? 4 : 1) ldlt_solve_rolled
     T* vec = at.vec;
     T* sx = vec + 2 * (COL + V);                      // the solution
 
-    // 1.-2. the shared copy, the rows into registers, the screening
-    at.copy_matrices(A, batch);
+    // 1.-2. the shared copy (and the first right-hand side into sx, free until the solves), the rows into
+    // registers, the screening
+    const T* bs = b + (size_t)sys * N * nrhs;
     T a[2][N];
-    const T scale = load_screen_rows_ldlt<T, N, 32, 2>(sA, b + (size_t)sys * N * nrhs, nrhs, a, q, own, valid,
+    copy_rhs0<T, 32, 2>(bs, nrhs, own, q, sx);
+    at.copy_matrices(A, batch);
+    const T scale = load_screen_rows_ldlt<T, N, 32, 2>(sA, rhs_finite<T, 32, 2>(bs, nrhs, own, q, sx), a, q, own, valid,
                                                        nonfinite + sys, asym + sys);
     // 3. the factorization
     const T tol = T(N) * eps<T>() * scale;
     const T safe = scale > T(0) ? scale : T(1);
-    RolledPivots<T> pv{true, T(0), T(0), {T(1), T(1)}};
+    RolledPivots<T> pv{true, {T(1), T(1)}, T(0)};
+    next_pivot<T, N, 0>(a, 0, q, tol, safe, pv);
     rolled_phases<T, N, 0>(a, q, own, vec, sA, tol, safe, pv);
+    // the pivots' range over the lanes (d is never NaN: compare and select)
+    const bool good = __all_sync(0xffffffffu, pv.good);
+    const T d1 = own[1] ? pv.d[1] : pv.d[0];
+    const T dmax = seg_max<T, 32>(pv.d[0] > d1 ? pv.d[0] : d1), dmin = -seg_max<T, 32>(-(pv.d[0] < d1 ? pv.d[0] : d1));
     // 4. the pivots to the column buffer that the last step did not use (L is in the upper triangle)
     T* piv = vec + (N & 1) * (COL + V);
 #pragma unroll
@@ -319,7 +351,7 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? 4 : 1) ldlt_solve_rolled
         T z[2], bm[2];
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-            bm[m] = own[m] ? b[((size_t)sys * N + q + 32 * m) * nrhs + c] : T(0);
+            bm[m] = own[m] ? (c == 0 ? sx[q + 32 * m] : bs[(size_t)(q + 32 * m) * nrhs + c]) : T(0);
             z[m] = bm[m];
         }
         // L z = b (L_rj = sA[j][r]), D y = z, L^T x = y (L_jr = sA[r][j]); z_j from row block j / 32
@@ -357,8 +389,8 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? 4 : 1) ldlt_solve_rolled
         __syncwarp();
     }
     if (valid && q == 0) {
-        ok[sys] = pv.good;
-        cond[sys] = pv.good ? pv.dmax / pv.dmin : T(INFINITY);
+        ok[sys] = good;
+        cond[sys] = good ? dmax / dmin : T(INFINITY);
         resid[sys] = res_max;
     }
 }

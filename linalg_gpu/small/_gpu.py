@@ -20,7 +20,17 @@ from .._kernels import get_function
 
 MAX_N = 64          # largest n the kernels are instantiated for (shared memory per system)
 THREADS = 128       # threads per block: the eigen kernels for n <= 32 (whole warps of systems; n > 32: up
-                    # to 256), the register-row Householder + PCR kernel and LDL^T for n > 32
+                    # to 256), the register-row Householder + PCR kernel with W < 32 and LDL^T for 32 < n <= 48
+# Threads per block of the kernels with a warp per system and a whole copy of A in shared memory
+# (float64 n = 64: 34 KB per system): LDL^T above LDLT_ROLLED_ABOVE and Householder + PCR with W = 32. Smaller
+# blocks waste less shared memory per SM (four 34 KB systems per block leave one block, 4 warps, per SM;
+# one or two per block, 6 warps). Measured on the H100 (kernel, 2^18 systems, 32 / 64 / 128 threads):
+# LDL^T float64 n = 64 7.77 / 7.93 / 10.4 ms, n = 56 7.73 / 7.84 / 8.17, n = 49 5.78 / 5.94 / 6.50;
+# float32 n = 64 3.79 / 3.82 / 3.99, n = 56 and 49 within 2 %. Householder + PCR float64 n = 64 36.9 /
+# 33.0 / 42.3 ms, n = 56 21.2 / 20.4 / 20.1; float32 n = 64 10.6 / 10.4 / 10.3; n = 32 (float64), 40 and 48
+# within 2 %.
+ROLLED_THREADS = 32
+HH_WARP_THREADS = 64
 
 
 @lru_cache(maxsize=None)
@@ -108,7 +118,7 @@ def _outputs(b):
 
 def _ldlt_lanes(n, itemsize):
     """Lanes per system W of ldlt_solve in cuda/ldlt.cu (a power of two dividing 32, R = ceil(n / W) rows
-    per lane), for n <= ``LDLT_ROLLED_ABOVE``.
+    per lane), for n <= ``LDLT_ROLLED_ABOVE[itemsize]``.
 
     The rule, from a sweep of W on the H100 (2^20 systems, n = 8 ... 64, both dtypes): at most 4 rows
     per lane, and W doubled while a lane's rows (n (R + 1) / 2 entries) would take more than 96
@@ -131,10 +141,12 @@ _LDLT_LANES_MEASURED = {(32, 8): 8}
 
 
 # n above which LDL^T runs ldlt_solve_rolled (cuda/ldlt.cu: rolled loops, the unrolled steps overflow the
-# instruction cache); measured on the H100 (kernel, 2^18 systems), ldlt_solve against it: float32 n = 48
-# 3.37 against 4.05 ms, n = 56 5.02 against 4.56, n = 64 5.43 against 3.92; float64 n = 48 7.41 against
-# 7.04, n = 56 13.8 against 8.14, n = 64 18.6 against 10.7.
-LDLT_ROLLED_ABOVE = 48
+# instruction cache), per itemsize; measured on the H100 (kernel, 2^18 systems), ldlt_solve (128 threads
+# per block) against ldlt_solve_rolled (32): float32 n = 48 3.26 against 3.84 ms, n = 49 3.81 against
+# 3.24; float64 n = 40 4.75 against 5.04, n = 41 4.91 against 4.69, n = 44 5.76 against 5.18, n = 47 6.06
+# against 5.47, n = 48 7.24 against 6.67 (2026-11-23, session 13; in session 10, with 128 threads for
+# both, n = 56 and 64 were 1.1-1.7x faster rolled).
+LDLT_ROLLED_ABOVE = {4: 48, 8: 40}
 
 
 def _rows_layout(n, w, itemsize):
@@ -166,16 +178,16 @@ def ldlt_stage(A, b, screen=False):
     asym = cp.empty(B, dtype=A.dtype)
     ok, nonfinite = cp.empty(B, dtype=bool), cp.empty(B, dtype=bool)
     args = (A, b, x, cond, resid, ok, asym, nonfinite, np.int64(B), np.int32(r))
-    if n <= LDLT_ROLLED_ABOVE:
+    if n <= LDLT_ROLLED_ABOVE[A.dtype.itemsize]:
         # one warp per block for n <= 32, four above; measured: float64 n = 16 1.55 against 1.78 ms (four),
         # n = 64 24.1 against 29.0 ms (one)
         w = _ldlt_lanes(n, A.dtype.itemsize)
         fn = get_function("ldlt.cu", "ldlt_solve", A.dtype, n, w)
         _launch_rows(fn, B, n, w, 32 if n <= 32 else THREADS, args, A.dtype.itemsize)
     else:
-        # one warp per system, four per block; RowsSlot<T, N, 32, 2 V>: 32 bytes more per system
+        # one warp per system; RowsSlot<T, N, 32, 2 V>: 32 bytes more per system
         fn = get_function("ldlt.cu", "ldlt_solve_rolled", A.dtype, n)
-        _launch_rows(fn, B, n, 32, THREADS, args, A.dtype.itemsize, extra=32 // A.dtype.itemsize)
+        _launch_rows(fn, B, n, 32, ROLLED_THREADS, args, A.dtype.itemsize, extra=32 // A.dtype.itemsize)
     out = (x, cond, cp.zeros(B, dtype=np.int32), ok, resid)
     return out + ((nonfinite, asym) if screen else ())
 
@@ -213,8 +225,8 @@ def _hh_layout(n):
 
 def householder_pcr_stage(A, b):
     """Householder + Q^T b + PCR (the Fig. 9 eliminations in stride form) + Q z + residual + screening:
-    cuda/householder_pcr.cu, with ``_hh_lanes`` lanes per system (R rows per lane in registers,
-    four warps per block)."""
+    cuda/householder_pcr.cu, with ``_hh_lanes`` lanes per system (R rows per lane in registers;
+    ``THREADS`` per block, ``HH_WARP_THREADS`` for a warp per system)."""
     import cupy as cp
 
     B, n, r = b.shape
@@ -223,8 +235,8 @@ def householder_pcr_stage(A, b):
     nonfinite, asym = _flags(B, A.dtype)
     w = _hh_lanes(n, A.dtype.itemsize)
     fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n, w)
-    _launch_rows(fn, B, n, w, THREADS, (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r)),
-                 A.dtype.itemsize)
+    _launch_rows(fn, B, n, w, THREADS if w < 32 else HH_WARP_THREADS,
+                 (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r)), A.dtype.itemsize)
     return x, cond, cp.zeros(B, dtype=np.int32), ok, resid, nonfinite, asym
 
 
