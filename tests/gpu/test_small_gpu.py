@@ -11,7 +11,7 @@ import linalg_gpu as lg
 
 cp = pytest.importorskip("cupy")
 
-SIZES = [1, 2, 3, 5, 8, 16, 31, 32, 33, 49, 64]      # 49: the rolled LDL^T kernel at an odd n
+SIZES = [1, 2, 3, 5, 8, 16, 31, 32, 33, 41, 49, 64]  # LDL^T: 41 rolled in float64, unrolled in float32; 49 rolled
 DTYPES = [np.float64, np.float32]
 
 
@@ -242,7 +242,7 @@ def test_ldlt_flags_match_numpy_twin(rng, n, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [16, 33, 49, 64])
+@pytest.mark.parametrize("n", [16, 33, 41, 49, 64])
 def test_ldlt_breakdown_scale_is_max_over_every_diagonal(rng, n, dtype):
     """The breakdown test D_jj > n eps max|A_ii| with the largest diagonal entry in row 0: a last
     pivot below the tolerance but above n eps (the tolerance from the other rows alone) is a
