@@ -70,6 +70,22 @@ __device__ __forceinline__ T load_screen_rows_ldlt(const T* sA, bool fin, T (&a)
     return seg_max<T, W>(diag);
 }
 
+// Step 5 of ldlt_solve and ldlt_solve_rolled for one right-hand side: the lanes' solution z into sx,
+// then the relative residual from the lower triangle of the copy sA (rows_residual, which also writes
+// z to the output column xout).
+template <typename T, int N, int S, int W, int R>
+__device__ __forceinline__ T store_solution_residual(const T* sA, T* sx, const T (&bm)[R], const T (&z)[R],
+                                                     const bool (&own)[R], int q, T* xout, int nrhs)
+{
+#pragma unroll
+    for (int m = 0; m < R; ++m)
+        if (own[m]) sx[q + W * m] = z[m];
+    __syncwarp();
+    const T rel = rows_residual<T, N, S, W, R>(sA, sx, bm, z, own, q, xout, nrhs);
+    __syncwarp();
+    return rel;
+}
+
 template <typename T, int N, int W>
 __global__ void __launch_bounds__(128) ldlt_solve(
     const T* __restrict__ A, const T* __restrict__ b, T* __restrict__ x, T* __restrict__ cond,
@@ -178,14 +194,9 @@ __global__ void __launch_bounds__(128) ldlt_solve(
             for (int m = 0; m < R; ++m)
                 if (W * m < j && own[m] && q + W * m < j) z[m] -= sA[(q + W * m) * S + j] * xj;
         }
-#pragma unroll
-        for (int m = 0; m < R; ++m)
-            if (own[m]) sx[q + W * m] = z[m];
-        __syncwarp();
         // 5. the relative residual from the lower triangle of the copy
-        res_max = fmax(res_max, rows_residual<T, N, S, W, R>(sA, sx, bm, z, own, q, x + (size_t)sys * N * nrhs + c,
-                                                             nrhs));
-        __syncwarp();
+        res_max = fmax(res_max, store_solution_residual<T, N, S, W, R>(sA, sx, bm, z, own, q,
+                                                                       x + (size_t)sys * N * nrhs + c, nrhs));
     }
     if (valid && q == 0) {
         ok[sys] = good;
@@ -380,13 +391,8 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? 4 : 1) ldlt_solve_rolled
             const T xj = __shfl_sync(0xffffffffu, z[0], j);
             if (own[0] && q < j) z[0] -= sA[q * S + j] * xj;
         }
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-            if (own[m]) sx[q + 32 * m] = z[m];
-        __syncwarp();
-        res_max = fmax(res_max, rows_residual<T, N, S, 32, 2>(sA, sx, bm, z, own, q, x + (size_t)sys * N * nrhs + c,
-                                                              nrhs));
-        __syncwarp();
+        res_max = fmax(res_max, store_solution_residual<T, N, S, 32, 2>(sA, sx, bm, z, own, q,
+                                                                        x + (size_t)sys * N * nrhs + c, nrhs));
     }
     if (valid && q == 0) {
         ok[sys] = good;
