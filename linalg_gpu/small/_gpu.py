@@ -7,7 +7,8 @@ Per-system flags stay on the device. Kernels: ``cuda/ldlt.cu``, ``cuda/household
 ``cuda/eigh_small.cu`` (numpy twins: ``ldlt.py``, ``householder.py`` + ``pcr.py``,
 ``tridiag_eigh.py``). LDL^T and Householder + PCR: W lanes per system with R = ceil(n / W) rows per
 lane in registers (``_ldlt_lanes``, ``_hh_lanes``; LDL^T above ``LDLT_ROLLED_ABOVE``: a warp per
-system, rolled loops); the eigen kernels: n threads per system. Several systems per block.
+system, rolled loops); the eigen kernels: n threads per system, and for eigh_small with n <= 8 one thread per
+system (``cuda/eigh_jacobi.cu``, twin ``jacobi_eigh.py``). Several systems per block.
 """
 
 from __future__ import annotations
@@ -261,11 +262,40 @@ def eig_truncate_stage(A, b, cond_max):
     return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid, nonfinite, asym
 
 
-def eigh_small(A):
-    """w (B, n) ascending, eigenvectors (B, n, n), nonfinite (B,), asym (B,): cuda/eigh_small.cu."""
+# eigh_small on the GPU: the thread-per-system Jacobi kernel (cuda/eigh_jacobi.cu) for n <= EIGH_JACOBI_MAX_N,
+# Householder + divide and conquer (cuda/eigh_small.cu) above. Measured on the H100 (2^17 systems, kernel ms,
+# Jacobi against divide and conquer): float32 n = 4 0.041 / 0.095, n = 8 0.174 / 0.383; float64 n = 4 0.076 /
+# 0.161, n = 8 0.466 / 0.750. Threads per block by itemsize: jacobi_threads<T>() there.
+EIGH_JACOBI_MAX_N = 8
+EIGH_JACOBI_THREADS = {4: 256, 8: 128}
+
+
+def eigh_jacobi(A):
+    """w (B, n) ascending, eigenvectors (B, n, n), nonfinite (B,), asym (B,) for n <= ``EIGH_JACOBI_MAX_N``:
+    cuda/eigh_jacobi.cu (numpy twin: ``jacobi_eigh.eigh_jacobi``)."""
     import cupy as cp
 
     B, n, _ = A.shape
+    w = cp.empty((B, n), dtype=A.dtype)
+    V = cp.empty_like(A)
+    nonfinite, asym = _flags(B, A.dtype)
+    fn = get_function("eigh_jacobi.cu", "eigh_jacobi", A.dtype, n)
+    threads = EIGH_JACOBI_THREADS[A.dtype.itemsize]
+    shmem = threads * (n * n + 1 + n) * A.dtype.itemsize
+    _prefer_shared(fn, shmem)
+    if B:
+        fn(((B + threads - 1) // threads,), (threads,), (A, w, V, nonfinite, asym, np.int64(B)), shared_mem=shmem)
+    return w, V, nonfinite, asym
+
+
+def eigh_small(A):
+    """w (B, n) ascending, eigenvectors (B, n, n), nonfinite (B,), asym (B,): cuda/eigh_jacobi.cu for
+    n <= ``EIGH_JACOBI_MAX_N``, else cuda/eigh_small.cu."""
+    import cupy as cp
+
+    B, n, _ = A.shape
+    if n <= EIGH_JACOBI_MAX_N:
+        return eigh_jacobi(A)
     w = cp.empty((B, n), dtype=A.dtype)
     V = cp.empty_like(A)
     nonfinite, asym = _flags(B, A.dtype)

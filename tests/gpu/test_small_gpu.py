@@ -114,6 +114,38 @@ def test_eigh_small_matches_lapack_and_twin(rng, n, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", range(1, 9))
+def test_eigh_jacobi_matches_numpy_twin(rng, n, dtype):
+    """cuda/eigh_jacobi.cu (eigh_small for n <= 8) against its twin small/jacobi_eigh.py on the same
+    fresh inputs: random symmetric matrices, a tenth of them scaled by 1e-30 ... 1e30, a batch that
+    does not fill the last block, one system with a NaN (NaN out, flagged) and its symmetric flag 0."""
+    from linalg_gpu.small import _gpu
+    from linalg_gpu.small.jacobi_eigh import eigh_jacobi
+
+    B = 1001
+    X = rng.standard_normal((B, n, n))
+    A = X + X.transpose(0, 2, 1)
+    A[:100] *= 10.0 ** rng.integers(-30, 31, (100, 1, 1))
+    A = A.astype(dtype)
+    A[7, n - 1, 0] = np.nan
+    w, V, nf, asym = (a.get() for a in _gpu.eigh_jacobi(cp.asarray(A)))
+    ok = np.ones(B, dtype=bool)
+    ok[7] = False
+    np.testing.assert_array_equal(nf, ~ok)
+    assert np.isnan(w[7]).all() and np.isnan(V[7]).all() and (asym[ok] == 0).all()
+    wt, Vt = eigh_jacobi(A[ok])
+    w, V = w[ok].astype(np.float64), V[ok].astype(np.float64)
+    e = np.finfo(dtype).eps
+    sc = np.abs(wt).max(axis=1, keepdims=True).astype(np.float64)
+    assert (np.abs(w - wt) <= 20 * n * e * sc).all()
+    # eigenvectors column by column, up to sign, within 20 n eps / (relative gap to the other eigenvalues)
+    d = np.abs(wt[:, :, None] - wt[:, None, :]).astype(np.float64) + np.where(np.eye(n, dtype=bool), np.inf, 0)
+    gap = np.maximum(d.min(axis=2) / np.maximum(sc, np.finfo(np.float64).tiny), 1e-300)
+    sgn = np.where((V * Vt).sum(axis=1, keepdims=True) < 0, -1.0, 1.0)
+    assert (np.abs(V - Vt * sgn).max(axis=1) <= 20 * n * e / gap).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", SIZES)
 def test_eigh_small_clustered_spectra_match_lapack_and_twin(rng, n, dtype):
     """Repeated and clustered eigenvalues, and diagonal matrices (every component deflates): the
