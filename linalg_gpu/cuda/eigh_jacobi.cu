@@ -37,6 +37,14 @@ __host__ __device__ constexpr int tournament_player(int K, int s, int k)
     return k == 0 ? 0 : 1 + (k - 1 + K - 1 - s) % (K - 1);
 }
 
+// Pair k of step s of the tournament of K players as (p, q), p < q (q = K - 1 >= N: the dummy's pair).
+__host__ __device__ constexpr void tournament_pair(int K, int s, int k, int& p, int& q)
+{
+    const int a = tournament_player(K, s, k), b = tournament_player(K, s, K - 1 - k);
+    p = a < b ? a : b;
+    q = a < b ? b : a;
+}
+
 // sqrt(|x|) sqrt(|y|) to about 2^-22 relative, for the rotation threshold (0 where x y = 0). float64
 // from the estimate of 1 / sqrt(|x y|) where x y is a normal number (the .ftz estimate needs one).
 template <typename T> __device__ __forceinline__ T threshold_scale(T x, T y)
@@ -105,8 +113,8 @@ __device__ __forceinline__ bool jacobi_step(T (&a)[N][N], T (&v)[N][N], T tol, T
     bool any = false;
 #pragma unroll
     for (int k = 0; k < H; ++k) {                             // the angles, from the entries before the step
-        const int p0 = tournament_player(K, S, k), q0 = tournament_player(K, S, K - 1 - k);
-        const int p = p0 < q0 ? p0 : q0, q = p0 < q0 ? q0 : p0;
+        int p = 0, q = 0;
+        tournament_pair(K, S, k, p, q);
         if (q >= N) { r[k] = {T(1), T(0), T(0), false}; continue; }
         r[k] = jacobi_rotation(a[p][p], a[q][q], a[p][q], tol, abs_thr);
         any = any || r[k].rot;
@@ -114,12 +122,12 @@ __device__ __forceinline__ bool jacobi_step(T (&a)[N][N], T (&v)[N][N], T tol, T
     if (!__any_sync(0xffffffffu, any)) return false;         // (identity rotations change nothing)
 #pragma unroll
     for (int k = 0; k < H; ++k) {                             // the entries between pair k and pair l > k
-        const int p0 = tournament_player(K, S, k), q0 = tournament_player(K, S, K - 1 - k);
-        const int p = p0 < q0 ? p0 : q0, q = p0 < q0 ? q0 : p0;
+        int p = 0, q = 0;
+        tournament_pair(K, S, k, p, q);
 #pragma unroll
         for (int l = k + 1; l < H; ++l) {
-            const int p1 = tournament_player(K, S, l), q1 = tournament_player(K, S, K - 1 - l);
-            const int pl = p1 < q1 ? p1 : q1, ql = p1 < q1 ? q1 : p1;
+            int pl = 0, ql = 0;
+            tournament_pair(K, S, l, pl, ql);
             if (q >= N && ql >= N) continue;
             // rows p, q by J_k^T (where pair k is real), then columns pl, ql by J_l (where pair l is real):
             // a pair with the dummy player is a single index, rotated by the other pair only
@@ -144,8 +152,8 @@ __device__ __forceinline__ bool jacobi_step(T (&a)[N][N], T (&v)[N][N], T tol, T
     }
 #pragma unroll
     for (int k = 0; k < H; ++k) {                             // the pivot blocks and V <- V J
-        const int p0 = tournament_player(K, S, k), q0 = tournament_player(K, S, K - 1 - k);
-        const int p = p0 < q0 ? p0 : q0, q = p0 < q0 ? q0 : p0;
+        int p = 0, q = 0;
+        tournament_pair(K, S, k, p, q);
         if (q >= N) continue;
         const T aij = a[p][q];
         a[p][p] = fma(-r[k].t, aij, a[p][p]);
