@@ -92,3 +92,22 @@ def test_reads_lower_triangle_only_and_systems_are_independent(rng):
         np.testing.assert_array_equal(ws[0], w1[s])
         np.testing.assert_array_equal(Vs[0], V1[s])
     np.testing.assert_array_equal(w1[2], np.arange(n))
+
+
+@pytest.mark.parametrize("dtype, tiny", [(np.float32, 1e-25), (np.float64, 1e-160)])
+def test_tiny_pivots_keep_their_relative_accuracy(rng, dtype, tiny):
+    """A 2 x 2 block far below the rest of the matrix: d and u of its rotation are scaled by a power of
+    2 before d^2 + u^2 (which would underflow), so its eigenvalues keep their relative accuracy
+    (reference: mpmath at 50 digits on the dtype's entries)."""
+    n = 5
+    A = np.zeros((n, n))
+    A[:3, :3] = np.diag([1.0, -2.0, 3.0])
+    B = rng.uniform(-0.2, 0.2, (2, 2))
+    A[3:, 3:] = (np.diag([2.0, 3.0]) + B + B.T) * tiny                 # eigenvalues in [1.2, 3.8] tiny
+    A = A.astype(dtype)
+    w, V = eigh_jacobi(A[None])
+    with mpmath.workdps(50):
+        ref = sorted(float(x) for x in mpmath.eigsy(mpmath.matrix(A.astype(np.float64).tolist()), eigvals_only=True))
+    ref = np.array(ref)
+    assert np.all(np.abs(w[0] - ref) <= 20 * n * eps(dtype) * np.abs(ref))
+    assert np.abs(V[0].T.astype(np.float64) @ V[0] - np.eye(n)).max() <= 10 * n * eps(dtype)

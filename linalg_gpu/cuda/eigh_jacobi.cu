@@ -4,8 +4,8 @@
 // "thread per system for tiny n" of the kernel design); numpy twin: linalg_gpu/small/jacobi_eigh.py.
 // At n = 8 one thread holds the 36 entries of the upper triangle and the 64 of V, and no step needs a
 // shuffle or a barrier (eigh_small.cu gives a system N threads that meet in reductions at every step).
-// Measured (H100, 2^17 systems, kernel): float32 n = 8 0.174 ms against 0.383 for eigh_small.cu, float64
-// 0.466 against 0.750.
+// Measured (H100, 2^17 systems, kernel, one process): float32 n = 8 0.182 ms against 0.404 for
+// eigh_small.cu, float64 0.443 against 0.841.
 //
 // Per system: the screening of eigh_small.cu (NaN/Inf in A, max |A_ik - A_ki| / max |A|), the
 // symmetric matrix of the lower triangle scaled by a power of 2 to max |A_ij| ~ 1 (exact), then
@@ -13,13 +13,14 @@
 //   rotate when |a_ij| > tol sqrt(|a_ii|) sqrt(|a_jj|), or, where a_ii a_jj = 0, |a_ij| > tol ||A||_F
 //   (tol = eps: the relative test of Demmel & Veselic, as linalg_gpu.jacobi.klt);
 //   theta = (a_jj - a_ii) / (2 a_ij), t = sgn(theta) / (|theta| + sqrt(theta^2 + 1)),
-//   c = 1 / sqrt(1 + t^2), s = t c (eq. 5); a_ii -= t a_ij, a_jj += t a_ij, a_ij = 0;
+//   c = 1 / sqrt(1 + t^2), s = t c (eq. 5; computed as in jacobi_rotation); a_ii -= t a_ij,
+//   a_jj += t a_ij, a_ij = 0;
 //   the entries between two pairs: rows by J^T first (eq. 8), then columns by J (eq. 9); V <- V J (eq. 10);
 // until a sweep rotates nothing (or JACOBI_MAX_SWEEPS). The eigenvalues are sorted ascending
 // (stable, as numpy.argsort(kind="stable")) with their columns of V.
-// The square roots and reciprocals are the hardware approximations (float32: about 1 ulp; float64:
-// the estimate and Newton steps, fast_rcp / step_sqrt), and the threshold's square root is an
-// estimate (about 2^-22 relative): it only moves a rotation that sits on the threshold.
+// The reciprocal square roots are the hardware approximations (float32: about 1 ulp; float64: the
+// estimate and two Newton steps), and the threshold's square root is an estimate (about 2^-22
+// relative): it only moves a rotation that sits on the threshold.
 
 #include "householder.cuh"
 
@@ -61,8 +62,7 @@ template <typename T> __device__ __forceinline__ T threshold_scale(T x, T y)
     }
 }
 
-// 1 / sqrt(x) for 1 <= x <= 2 (c of the rotation): float32 rsqrtf; float64 the estimate and two
-// Newton steps.
+// 1 / sqrt(x) for a normal x > 0: float32 rsqrtf; float64 the estimate and two Newton steps.
 template <typename T> __device__ __forceinline__ T rotation_rsqrt(T x)
 {
     if constexpr (sizeof(T) == 4) {
@@ -76,8 +76,15 @@ template <typename T> __device__ __forceinline__ T rotation_rsqrt(T x)
 }
 
 // The rotation of the pair (i, j) from a_ii, a_jj, a_ij (eq. 5); the identity (c = 1, s = t = 0,
-// rot false) below the threshold. |theta| > 2^40 (float32 2^20): t = 1 / (2 theta) (theta^2 + 1
-// would round to theta^2 and may overflow).
+// rot false) below the threshold. With d = a_jj - a_ii and u = 2 a_ij, eq. 5's root of
+// t^2 + 2 theta t - 1 = 0 (theta = d / u, |t| <= 1) is t = sgn(d) u / w, w = |d| + r, r = sqrt(d^2 + u^2),
+// and 1 + t^2 = 2 r / w, so that c = w / sqrt(2 r w), s = sgn(d) u / sqrt(2 r w) and 1 / w = 2 r / (2 r w):
+// two reciprocal square roots, where theta = d / u, sqrt(theta^2 + 1), 1 / (|theta| + ...) and
+// 1 / sqrt(1 + t^2) took four chains of estimate and Newton steps (sgn(0) = +1). d and u (at most 2 on
+// the scaled matrix) are scaled by a power of 2 to max(|d|, |u|) in [1/2, 1) where d^2 + u^2 would not be
+// a normal number (rare: tiny pivots of a graded matrix). Measured (H100, 2^17 random systems, n = 8,
+// kernel) against the four chains: float64 0.443 against 0.466 ms (0.841 / 0.750 for the divide-and-
+// conquer kernel in the same two processes), float32 0.182 against 0.174 (0.404 / 0.383).
 template <typename T>
 struct PlaneRotation {
     T c, s, t;
@@ -88,13 +95,21 @@ __device__ __forceinline__ PlaneRotation<T> jacobi_rotation(T aii, T ajj, T aij,
 {
     const T scale = threshold_scale(aii, ajj);
     const bool rot = fabs(aij) > (scale > T(0) ? tol * scale : abs_thr);
-    const T theta = (ajj - aii) * fast_rcp(T(2) * (rot ? aij : T(1)));
-    const T at = fabs(theta);
-    const T big = sizeof(T) == 4 ? T(0x1p20) : T(0x1p40);
-    const T t = copysign(fast_rcp(at > big ? T(2) * at : at + step_sqrt(fma(theta, theta, T(1)))), theta);
-    const T c = rotation_rsqrt(fma(t, t, T(1)));
+    T d = ajj - aii, u = T(2) * aij;
+    const T m = fmax(fabs(d), fabs(u));
+    if (m < (sizeof(T) == 4 ? T(0x1p-60) : T(0x1p-500)) && m > T(0)) {
+        int e;
+        frexp(m, &e);
+        d = ldexp(d, -e);
+        u = ldexp(u, -e);
+    }
+    const T q = fma(d, d, u * u);
+    const T r = q * rotation_rsqrt(rot ? q : T(1));
+    const T w = fabs(d) + r;
+    const T rs = rotation_rsqrt(rot ? T(2) * r * w : T(1));
+    const T su = d >= T(0) ? u : -u;                         // sgn(d) u
     if (!rot) return {T(1), T(0), T(0), false};
-    return {c, t * c, t, true};
+    return {w * rs, su * rs, su * (T(2) * r) * (rs * rs), true};
 }
 
 // Entry (i, j) of the symmetric matrix held as its upper triangle.

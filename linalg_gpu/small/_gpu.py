@@ -263,9 +263,10 @@ def eig_truncate_stage(A, b, cond_max):
 
 
 # eigh_small on the GPU: the thread-per-system Jacobi kernel (cuda/eigh_jacobi.cu) for n <= EIGH_JACOBI_MAX_N,
-# Householder + divide and conquer (cuda/eigh_small.cu) above. Measured on the H100 (2^17 systems, kernel ms,
-# Jacobi against divide and conquer): float32 n = 4 0.041 / 0.095, n = 8 0.174 / 0.383; float64 n = 4 0.076 /
-# 0.161, n = 8 0.466 / 0.750. Threads per block by itemsize: jacobi_threads<T>() there.
+# Householder + divide and conquer (cuda/eigh_small.cu) above. Measured on the H100 (2^17 random symmetric
+# systems, kernel ms, Jacobi against divide and conquer, one process): float32 n = 4 0.041 / 0.101, n = 8
+# 0.182 / 0.404; float64 n = 4 0.074 / 0.174, n = 8 0.443 / 0.841. Threads per block by itemsize:
+# jacobi_threads<T>() there.
 EIGH_JACOBI_MAX_N = 8
 EIGH_JACOBI_THREADS = {4: 256, 8: 128}
 

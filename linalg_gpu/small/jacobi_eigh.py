@@ -12,7 +12,8 @@ rotation threshold of Demmel & Veselic with tol = eps), for a batch, with the ke
 - the pairs of a step in seat order (seat k plays seat K - 1 - k); an entry between two pairs is
   computed with the rows of the earlier pair first (eq. 8), then the columns of the later (eq. 9),
   and stored on both sides;
-- |theta| > 2^40 (float32: 2^20) takes t = 1 / (2 theta);
+- c, s, t of eq. 5 from d = a_jj - a_ii and u = 2 a_ij with two reciprocal square roots
+  (``_rotations``; the kernel's jacobi_rotation);
 - a system stops after a sweep that rotates nothing (at most ``MAX_SWEEPS``), the others go on.
 """
 
@@ -41,17 +42,26 @@ def _scale_exponent(amax, dtype):
 
 
 def _rotations(aii, ajj, aij, tol, abs_thr):
-    """c, s, t, rot of eq. 5 for arrays of pivots (the identity below the threshold)."""
+    """c, s, t, rot of eq. 5 for arrays of pivots (the identity below the threshold), in the kernel's
+    form: d = a_jj - a_ii, u = 2 a_ij, r = sqrt(d^2 + u^2), w = |d| + r, c = w / sqrt(2 r w),
+    s = sgn(d) u / sqrt(2 r w), t = s / c = sgn(d) u 2 r / (2 r w); d and u scaled by a power of 2
+    where d^2 + u^2 would not be a normal number."""
+    dt = aii.dtype
     scale = np.sqrt(np.abs(aii)) * np.sqrt(np.abs(ajj))
     rot = np.abs(aij) > np.where(scale > 0, tol * scale, abs_thr)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        theta = (ajj - aii) / (2 * np.where(rot, aij, 1))
-        at = np.abs(theta)
-        big = 2.0 ** (20 if aii.dtype == np.float32 else 40)
-        t = np.copysign(1 / np.where(at > big, 2 * at, at + np.sqrt(np.where(at > big, 1, theta * theta + 1))), theta)
-    c = 1 / np.sqrt(1 + t * t)
-    one, zero = aii.dtype.type(1), aii.dtype.type(0)
-    return np.where(rot, c, one), np.where(rot, t * c, zero), np.where(rot, t, zero), rot
+    d, u = ajj - aii, 2 * aij
+    m = np.maximum(np.abs(d), np.abs(u))
+    small = (m < 2.0 ** (-60 if dt == np.float32 else -500)) & (m > 0)
+    e = np.where(small, np.frexp(np.where(small, m, 1))[1], 0)
+    d, u = np.ldexp(d, -e).astype(dt), np.ldexp(u, -e).astype(dt)
+    q = np.where(rot, d * d + u * u, 1)
+    r = np.sqrt(q)
+    w = np.abs(d) + r
+    rs = 1 / np.sqrt(np.where(rot, 2 * r * w, 1))
+    su = np.where(d >= 0, u, -u)
+    one, zero = dt.type(1), dt.type(0)
+    return (np.where(rot, w * rs, one), np.where(rot, su * rs, zero), np.where(rot, su * (2 * r) * (rs * rs), zero),
+            rot)
 
 
 def eigh_jacobi(A):

@@ -145,6 +145,27 @@ def test_eigh_jacobi_matches_numpy_twin(rng, n, dtype):
     assert (np.abs(V - Vt * sgn).max(axis=1) <= 20 * n * e / gap).all()
 
 
+@pytest.mark.parametrize("dtype, tiny", [(np.float32, 1e-25), (np.float64, 1e-160)])
+def test_eigh_jacobi_tiny_pivots_match_twin(rng, dtype, tiny):
+    """A 2 x 2 block far below the rest (the rotation's d, u scaled by a power of 2 before d^2 + u^2):
+    the kernel's eigenvalues of the block to the dtype's relative accuracy, as the twin's."""
+    from linalg_gpu.small import _gpu
+    from linalg_gpu.small.jacobi_eigh import eigh_jacobi
+
+    n, B = 5, 300
+    A = np.zeros((B, n, n))
+    A[:, :3, :3] = np.diag([1.0, -2.0, 3.0])
+    X = rng.uniform(-0.2, 0.2, (B, 2, 2))
+    A[:, 3:, 3:] = (np.diag([2.0, 3.0]) + X + X.transpose(0, 2, 1)) * tiny   # eigenvalues in [1.2, 3.8] tiny
+    A = A.astype(dtype)
+    w = _gpu.eigh_jacobi(cp.asarray(A))[0].get().astype(np.float64)
+    ref = np.sort(np.concatenate([np.broadcast_to([1.0, -2.0, 3.0], (B, 3)),
+                                  np.linalg.eigvalsh(A[:, 3:, 3:].astype(np.float64) / tiny) * tiny], axis=1))
+    e = np.finfo(dtype).eps
+    assert (np.abs(w - ref) <= 20 * n * e * np.abs(ref)).all()
+    assert (np.abs(eigh_jacobi(A)[0] - ref) <= 20 * n * e * np.abs(ref)).all()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", SIZES)
 def test_eigh_small_clustered_spectra_match_lapack_and_twin(rng, n, dtype):
