@@ -301,16 +301,21 @@ __device__ __forceinline__ void gsync()
 }
 
 // The chess-tournament steps of K players (papers 003, 004; orderings.round_robin): in step s seat k
-// plays seat K-1-k, seat 0 stays and the others move one seat per step; pair t of step s is
-// (seat[s][2t], seat[s][2t + 1]). Filled by the NT threads of a block.
+// plays seat K-1-k, seat 0 stays and the others move one seat per step. tournament_player: the player
+// in seat k of step s (constexpr: eigh_jacobi.cu unrolls the steps); tournament_seats: the table of a
+// sweep, pair t of step s is (seat[s][2t], seat[s][2t + 1]), filled by the NT threads of a block.
+__host__ __device__ constexpr int tournament_player(int K, int s, int k)
+{
+    return k == 0 ? 0 : 1 + (k - 1 + K - 1 - s) % (K - 1);
+}
 template <int K, int NT>
 __device__ __forceinline__ void tournament_seats(unsigned char (*seat)[K])
 {
     constexpr int H = K / 2;
     for (int i = threadIdx.x; i < (K - 1) * H; i += NT) {
-        const int step = i / H, k1 = i % H, k2 = K - 1 - k1;
-        seat[step][2 * k1] = k1 == 0 ? 0 : 1 + (k1 - 1 + K - 1 - step) % (K - 1);
-        seat[step][2 * k1 + 1] = 1 + (k2 - 1 + K - 1 - step) % (K - 1);
+        const int step = i / H, k1 = i % H;
+        seat[step][2 * k1] = tournament_player(K, step, k1);
+        seat[step][2 * k1 + 1] = tournament_player(K, step, K - 1 - k1);
     }
 }
 

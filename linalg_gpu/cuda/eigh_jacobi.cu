@@ -29,16 +29,10 @@
 // 0.195 / 0.189 (both 128 registers, 16 warps per SM); float64 128 threads 0.511 / 0.462, 64 0.500 / 0.466,
 // 256 0.518 / 0.511 (250 registers; capped at 168 it spilled 472 bytes: 0.878 / 0.999).
 template <typename T> __host__ __device__ constexpr int jacobi_threads() { return sizeof(T) == 4 ? 256 : 128; }
-constexpr int JACOBI_MAX_SWEEPS = 30; // float64 n = 8 needs 6-8 on random matrices (twin: MAX_SWEEPS)
+constexpr int JACOBI_MAX_SWEEPS = 30; // n = 8, random and SPD: 5-6 in float64, 4-5 in float32 (twin: MAX_SWEEPS)
 
-// Player k of step s of the chess tournament of K players (orderings.round_robin; as
-// tournament_seats in common.cuh): seat 0 stays, the others move one seat per step.
-__host__ __device__ constexpr int tournament_player(int K, int s, int k)
-{
-    return k == 0 ? 0 : 1 + (k - 1 + K - 1 - s) % (K - 1);
-}
-
-// Pair k of step s of the tournament of K players as (p, q), p < q (q = K - 1 >= N: the dummy's pair).
+// Pair k of step s of the tournament of K players (tournament_player, common.cuh) as (p, q), p < q
+// (q = K - 1 >= N: the dummy's pair).
 __host__ __device__ constexpr void tournament_pair(int K, int s, int k, int& p, int& q)
 {
     const int a = tournament_player(K, s, k), b = tournament_player(K, s, K - 1 - k);

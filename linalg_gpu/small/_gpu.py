@@ -271,35 +271,24 @@ EIGH_JACOBI_MAX_N = 8
 EIGH_JACOBI_THREADS = {4: 256, 8: 128}
 
 
-def eigh_jacobi(A):
-    """w (B, n) ascending, eigenvectors (B, n, n), nonfinite (B,), asym (B,) for n <= ``EIGH_JACOBI_MAX_N``:
-    cuda/eigh_jacobi.cu (numpy twin: ``jacobi_eigh.eigh_jacobi``)."""
-    import cupy as cp
-
-    B, n, _ = A.shape
-    w = cp.empty((B, n), dtype=A.dtype)
-    V = cp.empty_like(A)
-    nonfinite, asym = _flags(B, A.dtype)
-    fn = get_function("eigh_jacobi.cu", "eigh_jacobi", A.dtype, n)
-    threads = EIGH_JACOBI_THREADS[A.dtype.itemsize]
-    shmem = threads * (n * n + 1 + n) * A.dtype.itemsize
-    _prefer_shared(fn, shmem)
-    if B:
-        fn(((B + threads - 1) // threads,), (threads,), (A, w, V, nonfinite, asym, np.int64(B)), shared_mem=shmem)
-    return w, V, nonfinite, asym
-
-
 def eigh_small(A):
     """w (B, n) ascending, eigenvectors (B, n, n), nonfinite (B,), asym (B,): cuda/eigh_jacobi.cu for
-    n <= ``EIGH_JACOBI_MAX_N``, else cuda/eigh_small.cu."""
+    n <= ``EIGH_JACOBI_MAX_N`` (numpy twin: ``jacobi_eigh.eigh_jacobi``), else cuda/eigh_small.cu."""
     import cupy as cp
 
     B, n, _ = A.shape
-    if n <= EIGH_JACOBI_MAX_N:
-        return eigh_jacobi(A)
     w = cp.empty((B, n), dtype=A.dtype)
     V = cp.empty_like(A)
     nonfinite, asym = _flags(B, A.dtype)
+    if n <= EIGH_JACOBI_MAX_N:
+        fn = get_function("eigh_jacobi.cu", "eigh_jacobi", A.dtype, n)
+        threads = EIGH_JACOBI_THREADS[A.dtype.itemsize]
+        shmem = threads * (n * n + 1 + n) * A.dtype.itemsize
+        _prefer_shared(fn, shmem)
+        if B:
+            fn(((B + threads - 1) // threads,), (threads,), (A, w, V, nonfinite, asym, np.int64(B)),
+               shared_mem=shmem)
+        return w, V, nonfinite, asym
     tree = _tree_device(n, cp.cuda.Device().id)
     fn = get_function("eigh_small.cu", "eigh_small", A.dtype, n)
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),

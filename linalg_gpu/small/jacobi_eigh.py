@@ -41,14 +41,15 @@ def _scale_exponent(amax, dtype):
     return np.maximum(np.frexp(m)[1], -125 if dtype == np.float32 else -1021)
 
 
-def _rotations(aii, ajj, aij, tol, abs_thr):
-    """c, s, t, rot of eq. 5 for arrays of pivots (the identity below the threshold), in the kernel's
-    form: d = a_jj - a_ii, u = 2 a_ij, r = sqrt(d^2 + u^2), w = |d| + r, c = w / sqrt(2 r w),
-    s = sgn(d) u / sqrt(2 r w), t = s / c = sgn(d) u 2 r / (2 r w); d and u scaled by a power of 2
-    where d^2 + u^2 would not be a normal number."""
+def _rotations(aii, ajj, aij, tol, abs_thr, active):
+    """c, s, t, rot of eq. 5 for arrays of pivots (the identity below the threshold and where the
+    system is no longer ``active``), in the kernel's form: d = a_jj - a_ii, u = 2 a_ij,
+    r = sqrt(d^2 + u^2), w = |d| + r, c = w / sqrt(2 r w), s = sgn(d) u / sqrt(2 r w),
+    t = s / c = sgn(d) u 2 r / (2 r w); d and u scaled by a power of 2 where d^2 + u^2 would not be
+    a normal number."""
     dt = aii.dtype
     scale = np.sqrt(np.abs(aii)) * np.sqrt(np.abs(ajj))
-    rot = np.abs(aij) > np.where(scale > 0, tol * scale, abs_thr)
+    rot = (np.abs(aij) > np.where(scale > 0, tol * scale, abs_thr)) & active
     d, u = ajj - aii, 2 * aij
     m = np.maximum(np.abs(d), np.abs(u))
     small = (m < 2.0 ** (-60 if dt == np.float32 else -500)) & (m > 0)
@@ -89,9 +90,7 @@ def eigh_jacobi(A):
         rotated = np.zeros(B, dtype=bool)
         for P, Q, seat in steps:
             aii, ajj, aij = S[:, P, P], S[:, Q, Q], S[:, P, Q]                                  # (B, H)
-            c, s, t, rot = _rotations(aii, ajj, aij, tol, abs_thr[:, None])
-            rot &= active[:, None]
-            c, s, t = np.where(rot, c, 1).astype(dt), np.where(rot, s, 0).astype(dt), np.where(rot, t, 0).astype(dt)
+            c, s, t, rot = _rotations(aii, ajj, aij, tol, abs_thr[:, None], active[:, None])
             rotated |= rot.any(axis=1)
             cr, sr = c[:, :, None], s[:, :, None]
             X = S.copy()                                                                       # eq. 8: rows
@@ -106,6 +105,7 @@ def eigh_jacobi(A):
             VP, VQ = V[:, :, P], V[:, :, Q]                                                    # eq. 10
             V[:, :, P], V[:, :, Q] = VP * c[:, None, :] - VQ * s[:, None, :], VP * s[:, None, :] + VQ * c[:, None, :]
         active &= rotated
-    d = np.ldexp(np.diagonal(S, axis1=1, axis2=2), ex[:, None]).astype(dt)                     # (B, n)
-    order = np.argsort(np.diagonal(S, axis1=1, axis2=2), axis=1, kind="stable")
-    return np.take_along_axis(d, order, axis=1), np.take_along_axis(V, order[:, None, :], axis=2)
+    diag = np.diagonal(S, axis1=1, axis2=2)                                                    # (B, n)
+    order = np.argsort(diag, axis=1, kind="stable")
+    w = np.ldexp(np.take_along_axis(diag, order, axis=1), ex[:, None]).astype(dt)
+    return w, np.take_along_axis(V, order[:, None, :], axis=2)
