@@ -40,6 +40,22 @@ __host__ __device__ constexpr void tournament_pair(int K, int s, int k, int& p, 
     q = a < b ? b : a;
 }
 
+// The rare paths of the rotation (tiny pivots) out of line: inlined into the 28 rotations of a sweep they
+// made eigh_jacobi<double, 8> 9416 instructions instead of 7840, and "no instruction" was a quarter of its
+// stall samples (Nsight Compute, H100). Kernel (2^17 systems, n = 8, H100, one process): float64 0.450 ->
+// 0.423 ms, float32 0.220 -> 0.212 ms; the outputs bitwise equal.
+template <typename T> __device__ __noinline__ T threshold_scale_tiny(T x, T y, T p)
+{
+    return p == T(0) ? T(0) : sqrt(fabs(x)) * sqrt(fabs(y));
+}
+template <typename T> struct Pair { T d, u; };
+template <typename T> __device__ __noinline__ Pair<T> scale_pair(T d, T u, T m)
+{
+    int e;
+    frexp(m, &e);
+    return {ldexp(d, -e), ldexp(u, -e)};
+}
+
 // sqrt(|x|) sqrt(|y|) to about 2^-22 relative, for the rotation threshold (0 where x y = 0). float64
 // from the estimate of 1 / sqrt(|x y|) where x y is a normal number (the .ftz estimate needs one).
 template <typename T> __device__ __forceinline__ T threshold_scale(T x, T y)
@@ -49,7 +65,7 @@ template <typename T> __device__ __forceinline__ T threshold_scale(T x, T y)
         return (ax > 0.f ? ax * rsqrtf(ax) : 0.f) * (ay > 0.f ? ay * rsqrtf(ay) : 0.f);
     } else {
         const double p = fabs(x * y);
-        if (!(p >= 0x1p-1000)) return p == 0.0 ? 0.0 : sqrt(fabs(x)) * sqrt(fabs(y));   // (rare)
+        if (!(p >= 0x1p-1000)) return threshold_scale_tiny(x, y, p);                  // (rare)
         double r;
         asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(p));
         return p * r;
@@ -92,10 +108,9 @@ __device__ __forceinline__ PlaneRotation<T> jacobi_rotation(T aii, T ajj, T aij,
     T d = ajj - aii, u = T(2) * aij;
     const T m = fmax(fabs(d), fabs(u));
     if (m < (sizeof(T) == 4 ? T(0x1p-60) : T(0x1p-500)) && m > T(0)) {
-        int e;
-        frexp(m, &e);
-        d = ldexp(d, -e);
-        u = ldexp(u, -e);
+        const Pair<T> du = scale_pair(d, u, m);
+        d = du.d;
+        u = du.u;
     }
     const T q = fma(d, d, u * u);
     const T r = q * rotation_rsqrt(rot ? q : T(1));

@@ -29,3 +29,20 @@ __global__ void first_stage_flags(bool* __restrict__ ok, const bool* __restrict_
     bits = __reduce_or_sync(0xffffffffu, bits);
     if ((threadIdx.x & 31) == 0 && bits) atomicOr(any, bits);
 }
+
+// The input screening of eigh_small (cuda/eigh_jacobi.cu, cuda/eigh_small.cu) reduced the same way to
+// bits 1 and 2 above (numpy twin: small/_common.py, screening_flags): one launch and a 4-byte transfer
+// instead of five CuPy kernels.
+template <typename T>
+__global__ void screening_flags(const bool* __restrict__ nonfinite, const T* __restrict__ asym, T asym_max,
+                                unsigned int* __restrict__ any, long long batch)
+{
+    unsigned int bits = 0;
+    for (long long s = (long long)blockIdx.x * blockDim.x + threadIdx.x; s < batch;
+         s += (long long)gridDim.x * blockDim.x) {
+        const bool nf = nonfinite[s];
+        bits |= (nf ? 1u : 0u) | (!nf && asym[s] > asym_max ? 2u : 0u);
+    }
+    bits = __reduce_or_sync(0xffffffffu, bits);
+    if ((threadIdx.x & 31) == 0 && bits) atomicOr(any, bits);
+}

@@ -19,7 +19,7 @@ import numpy as np
 from .._backend import as_array, check_dtype, common_dtype, get_array_module, to_host
 
 __all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch", "check_symmetric_input",
-           "check_tridiagonal", "raise_for_screening", "raise_for_flags", "flatten_batch", "map_chunks", "chunk_size",
+           "check_tridiagonal", "screening_flags", "raise_for_flags", "flatten_batch", "map_chunks", "chunk_size",
            "default_rtol", "first_index", "require_numpy", "common_dtype", "SYMMETRY_RTOL"]
 
 _MAX_WORKERS = max(1, min(8, os.cpu_count() or 1))
@@ -90,14 +90,11 @@ def host_flatnonzero(xp, mask):
     return xp.asarray(np.flatnonzero(to_host(mask)))
 
 
-def raise_for_screening(A, arrays, names, nonfinite, asym, check_finite, assume_symmetric):
-    """The per-system screening flags of a kernel (NaN/Inf, max|A - A^T| / max|A|) read in one
-    transfer and turned into the errors of the argument checks (:func:`raise_for_flags`)."""
-    checks = [nonfinite] if check_finite else []
-    if not assume_symmetric:
-        checks.append(~nonfinite & (asym > SYMMETRY_RTOL * np.finfo(A.dtype).eps))
-    got = host_anys(*checks)
-    raise_for_flags(A, arrays, names, check_finite and got[0], not assume_symmetric and got[-1])
+def screening_flags(nonfinite, asym, asym_max):
+    """(some system has NaN/Inf input, some finite system has max|A - A^T| / max|A| > asym_max) from a
+    kernel's per-system screening flags; the numpy twin of ``_gpu.screening_flags``."""
+    nonfinite, asym = np.asarray(nonfinite), np.asarray(asym)
+    return bool(nonfinite.any()), bool((~nonfinite & (asym > asym_max)).any())
 
 
 def raise_for_flags(A, arrays, names, nonfinite_found, asymmetric_found):

@@ -316,6 +316,21 @@ def first_stage_flags(ok, nonfinite, residual, asym, start_codes, rtol, asym_max
     return breakdown, redo, tuple(bool(bits & f) for f in (1, 2, 4, 8))
 
 
+def screening_flags(nonfinite, asym, asym_max):
+    """cuda/solve_flags.cu: (some system has NaN/Inf input, some finite system has max|A - A^T| / max|A| >
+    asym_max) from a kernel's per-system screening, in one launch and a 4-byte read; numpy twin:
+    ``_common.screening_flags``."""
+    import cupy as cp
+
+    B = nonfinite.size
+    anys = cp.zeros(1, dtype=np.uint32)
+    fn = get_function("solve_flags.cu", "screening_flags", asym.dtype)
+    if B:
+        fn((min((B + 255) // 256, 1024),), (256,), (nonfinite, asym, asym.dtype.type(asym_max), anys, np.int64(B)))
+    bits = int(anys.get()[0])
+    return bool(bits & 1), bool(bits & 2)
+
+
 def run_stage(stage, A, b, screen, cond_max):
     """The stage named ``stage`` of the robust strategy on the GPU (see the module docstring).
 

@@ -349,3 +349,31 @@ def test_fallback_kernels_screen_like_numpy_twin(rng, n, dtype, method):
             lg.eigh_small(cp.asarray(S))
     with pytest.raises(ValueError, match="A"):
         lg.eigh_small(cp.asarray(A))
+    w, _ = lg.eigh_small(cp.asarray(A), check_finite=False, assume_symmetric=True)   # no check: NaN rows
+    assert np.isnan(w.get()[bad[:2]]).all() and np.isfinite(np.delete(w.get(), bad[:2], axis=0)).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B", [1, 33, 1000, 300_001])
+def test_screening_flags_match_numpy_twin(rng, B, dtype):
+    """cuda/solve_flags.cu screening_flags against its twin _common.screening_flags: no flag, a
+    non-finite system, an asymmetric one, an asymmetric ratio on a non-finite system (not counted),
+    both, and the last system (beyond the first pass of the grid-stride loop at B = 300 001)."""
+    from linalg_gpu.small import _common, _gpu
+
+    thr = 1e-3
+    seen = set()
+    for case in range(6):
+        nf = np.zeros(B, dtype=bool)
+        asym = rng.uniform(0, thr, B).astype(dtype)
+        k, j = (B - 1, 0) if case == 5 else rng.choice(B, 2) if B > 1 else (0, 0)
+        if case in (1, 3, 4):
+            nf[k] = True
+        if case in (2, 3, 5):
+            asym[k] = dtype(2 * thr)
+        if case == 4 and j != k:
+            asym[j] = dtype(2 * thr)                                  # both flags
+        want = _common.screening_flags(nf, asym, thr)
+        assert _gpu.screening_flags(cp.asarray(nf), cp.asarray(asym), thr) == want
+        seen.add(want)
+    assert seen >= {(False, False), (True, False), (False, True)}
