@@ -1,0 +1,184 @@
+"""Where the GPU time of a solve_small call goes beyond its kernel (bench_small's inputs, H100).
+
+Usage: python benchmarks/tools/call_overhead.py [breakdown|statements|idle] [method:dtype:n ...]
+       (default: all three modes on householder_pcr:float64:16 and ldlt:float64:64)
+
+breakdown   the call, its stage alone and cupy.linalg.solve interleaved (one of each per round, CUDA
+            events, median of 15), and inside the call events at the stage's entry and exit:
+            pre (call entry -> stage entry), mid (the stage), post (stage exit -> call return).
+statements  host time of each top-level statement of solve_small (instrumented copy, GPU idle at
+            the call's entry).
+idle        the stage timed after a host busy-wait of d microseconds inside the timed interval
+            (time - d: does idle time before a kernel cost more than itself?), 20 stages / calls
+            back to back, and the call right after cupy.linalg.solve against right after a call.
+"""
+
+import ast
+import inspect
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench_small import spd_batch  # noqa: E402
+
+import linalg_gpu as lg  # noqa: E402
+from linalg_gpu.small import _gpu, robust  # noqa: E402
+
+REPEAT = 15
+
+
+def inputs(rng, dtype, n):
+    batch = 2**18 if n >= 64 else 2**20
+    A, b = spd_batch(rng, 2**14, n, dtype)
+    reps = batch // A.shape[0]
+    return cp.asarray(np.tile(A, (reps, 1, 1))), cp.asarray(np.tile(b, (reps, 1)))
+
+
+def events_ms(fn):
+    """(GPU ms between events around fn, host ms, start event, end event), the GPU idle before."""
+    cp.cuda.Device().synchronize()
+    s, e = cp.cuda.Event(), cp.cuda.Event()
+    h0 = time.perf_counter()
+    s.record()
+    fn()
+    e.record()
+    h1 = time.perf_counter()
+    e.synchronize()
+    return cp.cuda.get_elapsed_time(s, e), (h1 - h0) * 1e3, s, e
+
+
+def stage_and_call(Ag, bg, method):
+    """The stage of ``method`` alone (cuda kernel + its allocations) and the public call."""
+    b3 = bg[..., None]
+    if method == "ldlt":
+        def stage():
+            return _gpu.ldlt_stage(Ag, b3, True)
+    else:
+        def stage():
+            return _gpu.householder_pcr_stage(Ag, b3)
+
+    def call():
+        return lg.solve_small(Ag, bg, method=method, return_report=True)
+    return stage, call
+
+
+def breakdown(Ag, bg, method, label):
+    stage, call = stage_and_call(Ag, bg, method)
+    b3 = bg[..., None]
+    ref = lambda: cp.linalg.solve(Ag, b3)  # noqa: E731
+    for f in (call, stage, ref):
+        f()
+    marks, run_stage = {}, _gpu.run_stage
+
+    def marked(*args):
+        marks["in"] = cp.cuda.Event()
+        marks["in"].record()
+        out = run_stage(*args)
+        marks["out"] = cp.cuda.Event()
+        marks["out"].record()
+        return out
+
+    res = {k: [] for k in ("call", "stage", "ref", "pre", "mid", "post", "host call", "host stage")}
+    _gpu.run_stage = marked
+    try:
+        for _ in range(REPEAT):
+            t, h, s, e = events_ms(call)
+            res["call"].append(t)
+            res["host call"].append(h)
+            res["pre"].append(cp.cuda.get_elapsed_time(s, marks["in"]))
+            res["mid"].append(cp.cuda.get_elapsed_time(marks["in"], marks["out"]))
+            res["post"].append(cp.cuda.get_elapsed_time(marks["out"], e))
+            t, h, *_ = events_ms(stage)
+            res["stage"].append(t)
+            res["host stage"].append(h)
+            res["ref"].append(events_ms(ref)[0])
+    finally:
+        _gpu.run_stage = run_stage
+    med = {k: float(np.median(v)) for k, v in res.items()}
+    print(f"{label}: " + " ".join(f"{k}={v:.3f}" for k, v in med.items()) + " ms; ratio against "
+          f"cupy.linalg.solve: call {med['ref'] / med['call']:.2f}, stage {med['ref'] / med['stage']:.2f}")
+
+
+def statements(Ag, bg, method, label):
+    src = textwrap.dedent(inspect.getsource(robust.solve_small))
+    tree = ast.parse(src)
+    body = []
+    for st in tree.body[0].body:
+        body += [st, ast.parse(f"_lap({st.lineno})").body[0]]
+    tree.body[0].body = body
+    ast.fix_missing_locations(tree)
+    laps, clock = {}, [0.0]
+
+    def _lap(line):
+        now = time.perf_counter()
+        laps.setdefault(line, []).append((now - clock[0]) * 1e6)
+        clock[0] = now
+
+    ns = dict(robust.__dict__, _lap=_lap)
+    exec(compile(tree, "solve_small (timed)", "exec"), ns)
+    for _ in range(25):
+        cp.cuda.Device().synchronize()
+        clock[0] = time.perf_counter()
+        ns["solve_small"](Ag, bg, method=method, return_report=True)
+    lines, total = src.splitlines(), 0.0
+    print(f"{label}: host time per statement (median of 22, us; those over 3 us)")
+    for line, v in laps.items():
+        m = float(np.median(v[3:]))
+        total += m
+        if m > 3:
+            print(f"  {m:8.1f}  {lines[line - 1].strip()[:100]}")
+    print(f"  {total:8.1f}  total")
+
+
+def idle(Ag, bg, method, label):
+    stage, call = stage_and_call(Ag, bg, method)
+    stage(), call()
+
+    def spin(us):
+        end = time.perf_counter() + us * 1e-6
+        while time.perf_counter() < end:
+            pass
+
+    res = {}
+    for _ in range(REPEAT):
+        for d in (0, 50, 100, 200, 400, 1000):
+            for kind, fn in (("stage", stage), ("call", call)):
+                res.setdefault((kind, d), []).append(events_ms(lambda: (spin(d), fn()))[0] * 1e3 - d)  # noqa: B023
+    print(f"{label}: time - busy-wait (us)")
+    for (kind, d), v in res.items():
+        print(f"  {kind:6s} after {d:5d} us: {np.median(v):9.1f}")
+    for kind, fn in (("stages", stage), ("calls", call)):
+        t = events_ms(lambda: [fn() for _ in range(20)])[0]  # noqa: B023
+        print(f"  20 {kind} back to back: {t * 1e3 / 20:.1f} us each")
+    # the call right after cupy.linalg.solve (whose workspace goes back to the memory pool) or after a call
+    b3, after = bg[..., None], {"cupy.linalg.solve": [], "a call": []}
+    for _ in range(REPEAT):
+        for what, before in (("cupy.linalg.solve", lambda: cp.linalg.solve(Ag, b3)), ("a call", call)):
+            before()
+            after[what].append(events_ms(call)[0] * 1e3)
+    pool = cp.get_default_memory_pool()
+    print("  the call after " + ", after ".join(f"{k}: {np.median(v):.1f} us" for k, v in after.items())
+          + f" (memory pool {pool.total_bytes() / 2**30:.2f} GiB, {pool.used_bytes() / 2**30:.2f} in use)")
+
+
+def main(argv):
+    modes = [a for a in argv if a in ("breakdown", "statements", "idle")] or ["breakdown", "statements", "idle"]
+    cases = [a for a in argv if ":" in a] or ["householder_pcr:float64:16", "ldlt:float64:64"]
+    rng = np.random.default_rng(2026)
+    for case in cases:
+        method, dtype, n = case.split(":")
+        Ag, bg = inputs(rng, np.dtype(dtype), int(n))
+        for mode in modes:
+            globals()[mode](Ag, bg, method, f"{dtype} n = {n} {method}")
+        Ag = bg = None
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
