@@ -317,3 +317,31 @@ def test_float32_is_not_upcast(rng):
     assert z.dtype == np.float32
     np.testing.assert_allclose(tridiag_dense(d + np.float32(10), e) @ z[..., None], b[..., None],
                                rtol=0, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# input layouts: views, Fortran order, mixed dtypes (solve_small copies only what is not already
+# a C-contiguous batch of the compute dtype)
+
+
+@pytest.mark.parametrize("method", lg.METHODS)
+def test_layouts_give_the_contiguous_solution(rng, method):
+    n = 5
+    A = _spd(rng, n, (2, 6), np.float64)
+    b = rng.standard_normal((2, 6, n))
+    x_ref = np.linalg.solve(A, b[..., None])[..., 0]
+    x = lg.solve_small(A, b, method=method)
+    np.testing.assert_allclose(x, x_ref, rtol=0, atol=1e-12 * np.abs(x_ref).max())
+    layouts = {
+        "strided batch": (np.repeat(A, 2, axis=1)[:, ::2], np.repeat(b, 2, axis=1)[:, ::2]),
+        "Fortran order": (np.asfortranarray(A), np.asfortranarray(b)),
+        "b as (..., n, 1) view": (A, b[..., None]),
+        "A float32, b float64": (A.astype(np.float32), b),
+    }
+    for name, (Al, bl) in layouts.items():
+        xl = lg.solve_small(Al, bl, method=method)
+        want = x_ref[..., None] if bl.ndim == 4 else x_ref
+        assert xl.shape == want.shape and xl.dtype == np.float64, name
+        # float32 A: the float64 solve of the rounded matrix, cond(A) = 10
+        bound = 1e-12 if Al.dtype == np.float64 else 100 * np.finfo(np.float32).eps
+        np.testing.assert_allclose(xl, want, rtol=0, atol=bound * np.abs(x_ref).max(), err_msg=name)

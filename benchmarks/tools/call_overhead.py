@@ -10,7 +10,9 @@ statements  host time of each top-level statement of solve_small (instrumented c
             the call's entry).
 idle        the stage timed after a host busy-wait of d microseconds inside the timed interval
             (time - d: does idle time before a kernel cost more than itself?), 20 stages / calls
-            back to back, and the call right after cupy.linalg.solve against right after a call.
+            back to back, and the call right after: a call, cuSOLVER, cuSOLVER and the memory pool's
+            free blocks released, a 1 GiB copy, 5 ms of host sleep. Methods: ldlt, householder_pcr
+            (solve_small) and eigh (eigh_small, 2^17 systems; idle only).
 """
 
 import ast
@@ -33,8 +35,8 @@ from linalg_gpu.small import _gpu, robust  # noqa: E402
 REPEAT = 15
 
 
-def inputs(rng, dtype, n):
-    batch = 2**18 if n >= 64 else 2**20
+def inputs(rng, dtype, n, method):
+    batch = 2**17 if method == "eigh" else 2**18 if n >= 64 else 2**20
     A, b = spd_batch(rng, 2**14, n, dtype)
     reps = batch // A.shape[0]
     return cp.asarray(np.tile(A, (reps, 1, 1))), cp.asarray(np.tile(b, (reps, 1)))
@@ -54,8 +56,11 @@ def events_ms(fn):
 
 
 def stage_and_call(Ag, bg, method):
-    """The stage of ``method`` alone (cuda kernel + its allocations) and the public call."""
+    """The stage of ``method`` alone (cuda kernel + its allocations), the public call and cuSOLVER's."""
     b3 = bg[..., None]
+    if method == "eigh":
+        return (lambda: _gpu.eigh_small(Ag), lambda: lg.eigh_small(Ag, assume_symmetric=True),
+                lambda: cp.linalg.eigh(Ag))
     if method == "ldlt":
         def stage():
             return _gpu.ldlt_stage(Ag, b3, True)
@@ -65,13 +70,11 @@ def stage_and_call(Ag, bg, method):
 
     def call():
         return lg.solve_small(Ag, bg, method=method, return_report=True)
-    return stage, call
+    return stage, call, lambda: cp.linalg.solve(Ag, b3)
 
 
 def breakdown(Ag, bg, method, label):
-    stage, call = stage_and_call(Ag, bg, method)
-    b3 = bg[..., None]
-    ref = lambda: cp.linalg.solve(Ag, b3)  # noqa: E731
+    stage, call, ref = stage_and_call(Ag, bg, method)
     for f in (call, stage, ref):
         f()
     marks, run_stage = {}, _gpu.run_stage
@@ -137,7 +140,7 @@ def statements(Ag, bg, method, label):
 
 
 def idle(Ag, bg, method, label):
-    stage, call = stage_and_call(Ag, bg, method)
+    stage, call, ref = stage_and_call(Ag, bg, method)
     stage(), call()
 
     def spin(us):
@@ -156,13 +159,20 @@ def idle(Ag, bg, method, label):
     for kind, fn in (("stages", stage), ("calls", call)):
         t = events_ms(lambda: [fn() for _ in range(20)])[0]  # noqa: B023
         print(f"  20 {kind} back to back: {t * 1e3 / 20:.1f} us each")
-    # the call right after cupy.linalg.solve (whose workspace goes back to the memory pool) or after a call
-    b3, after = bg[..., None], {"cupy.linalg.solve": [], "a call": []}
-    for _ in range(REPEAT):
-        for what, before in (("cupy.linalg.solve", lambda: cp.linalg.solve(Ag, b3)), ("a call", call)):
-            before()
-            after[what].append(events_ms(call)[0] * 1e3)
+    # the call right after: a call, cuSOLVER (whose workspace goes back to the memory pool), cuSOLVER and the
+    # pool's free blocks released, a 1 GiB copy (L2 and HBM traffic, no cuSOLVER), 5 ms of host sleep
     pool = cp.get_default_memory_pool()
+    big = cp.empty(2**30, dtype=cp.uint8)
+    dst = cp.empty_like(big)
+    befores = {"a call": call, "cuSOLVER": ref, "cuSOLVER + free_all_blocks": lambda: (ref(), pool.free_all_blocks()),
+               "a 1 GiB copy": lambda: cp.copyto(dst, big), "5 ms of sleep": lambda: time.sleep(5e-3)}
+    after = {k: [] for k in befores}
+    for _ in range(REPEAT):
+        for what, before in befores.items():
+            before()
+            cp.cuda.Device().synchronize()
+            after[what].append(events_ms(call)[0] * 1e3)
+    big = dst = None
     print("  the call after " + ", after ".join(f"{k}: {np.median(v):.1f} us" for k, v in after.items())
           + f" (memory pool {pool.total_bytes() / 2**30:.2f} GiB, {pool.used_bytes() / 2**30:.2f} in use)")
 
@@ -173,8 +183,10 @@ def main(argv):
     rng = np.random.default_rng(2026)
     for case in cases:
         method, dtype, n = case.split(":")
-        Ag, bg = inputs(rng, np.dtype(dtype), int(n))
+        Ag, bg = inputs(rng, np.dtype(dtype), int(n), method)
         for mode in modes:
+            if method == "eigh" and mode != "idle":
+                continue
             globals()[mode](Ag, bg, method, f"{dtype} n = {n} {method}")
         Ag = bg = None
         cp.get_default_memory_pool().free_all_blocks()

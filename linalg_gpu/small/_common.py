@@ -194,6 +194,16 @@ def chunk_size(n, nbytes=2**22):
     return int(max(16, min(4096, nbytes // (8 * n * n))))
 
 
+def contiguous_batch(xp, X, dtype, n_trailing):
+    """``X`` as a C-contiguous ``(B, *t)`` array of ``dtype``; ``X`` itself when it is one already
+    (every cupy call costs microseconds of host time before the kernel launch)."""
+    if X.dtype != dtype:
+        X = X.astype(dtype)
+    if X.ndim != n_trailing + 1:
+        X = flatten_batch(X, n_trailing)
+    return X if X.flags.c_contiguous else xp.ascontiguousarray(X)
+
+
 def flatten_batch(X, n_trailing):
     """(..., *t) -> (B, *t) without copying when possible."""
     lead = X.shape[:X.ndim - n_trailing]

@@ -13,6 +13,7 @@ they were well conditioned, or goes straight to the truncated eigen-solve when t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -342,7 +343,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
     cond_max = float(cond_max)
-    if not (np.isfinite(cond_max) and cond_max > 1):
+    if not (math.isfinite(cond_max) and cond_max > 1):
         raise ValueError(f"cond_max must be a finite number > 1; got {cond_max}")
     A = C.check_square_batch(A, "A")
     b, vec = C.check_rhs(b, A, "b")
@@ -350,7 +351,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     dt = C.common_dtype(("A", A), ("b", b))
     batch, n = A.shape[:-2], A.shape[-1]
     rtol = C.default_rtol(n, dt) if rtol is None else float(rtol)
-    if not (np.isfinite(rtol) and rtol > 0):
+    if not (math.isfinite(rtol) and rtol > 0):
         raise ValueError(f"rtol must be a finite positive number; got {rtol}")
     if memory is not None and key is None:
         raise ValueError("key is required with memory (e.g. the exercise date of the batch)")
@@ -359,8 +360,8 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     if xp is not np and n > _gpu.MAX_N:
         raise ValueError(f"n = {n} is larger than the GPU kernels' limit of {_gpu.MAX_N}; "
                          "solve on the CPU (pass numpy arrays) or split the problem")
-    Af = xp.ascontiguousarray(C.flatten_batch(A.astype(dt, copy=False), 2))       # (B, n, n)
-    bf = xp.ascontiguousarray(C.flatten_batch((b[..., None] if vec else b).astype(dt, copy=False), 2))
+    Af = C.contiguous_batch(xp, A, dt, 2)                                            # (B, n, n)
+    bf = C.contiguous_batch(xp, b.reshape(b.shape + (1,)) if vec else b, dt, 2)     # (B, n, r)
     B = Af.shape[0]                                                   # bf: (B, n, r)
     start = method if method != "auto" else (memory.start_method(key) if memory is not None else "ldlt")
     start_codes = None
@@ -419,8 +420,8 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
                           cond_max=cond_max, key=key, start_codes=start_codes)
     if memory is not None:
         memory.record(key, report)
-    x = x if x.shape[:-2] == batch else x.reshape(batch + x.shape[1:])
-    x = x[..., 0] if vec else x
+    shape = batch + ((n,) if vec else x.shape[1:])
+    x = x if x.shape == shape else x.reshape(shape)                   # (one view: cheaper than x[..., 0])
     if return_report:
         return x, report
     if C.host_any(~ok):

@@ -382,7 +382,7 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
 
         if n > _gpu.MAX_N:
             raise ValueError(f"n = {n} is larger than the GPU kernels' limit of {_gpu.MAX_N}")
-        w, N, nonfinite, asym = _gpu.eigh_small(get_array_module(A).ascontiguousarray(C.flatten_batch(A, 2)))
+        w, N, nonfinite, asym = _gpu.eigh_small(C.contiguous_batch(get_array_module(A), A, A.dtype, 2))
         if check_finite or not assume_symmetric:                      # the kernel's screening
             found = _gpu.screening_flags(nonfinite, asym, C.SYMMETRY_RTOL * np.finfo(A.dtype).eps)
             C.raise_for_flags(A, [A], ["A"], check_finite and found[0], not assume_symmetric and found[1])

@@ -377,3 +377,28 @@ def test_screening_flags_match_numpy_twin(rng, B, dtype):
         assert _gpu.screening_flags(cp.asarray(nf), cp.asarray(asym), thr) == want
         seen.add(want)
     assert seen >= {(False, False), (True, False), (False, True)}
+
+
+@pytest.mark.parametrize("method", ["ldlt", "householder_pcr", "eig_truncate"])
+def test_input_layouts_match_contiguous_call(rng, method):
+    """Views, Fortran order and mixed dtypes reach the kernels as C-contiguous batches (they read raw
+    pointers): the results equal those of the contiguous float64 call, and eigh_small's too."""
+    n = 6
+    A = cp.asarray(spd(rng, 2 * 7, n, np.float64).reshape(2, 7, n, n))
+    b = cp.asarray(rng.standard_normal((2, 7, n)))
+    x = lg.solve_small(A, b, method=method)
+    layouts = {
+        "strided batch": (cp.repeat(A, 2, axis=1)[:, ::2], cp.repeat(b, 2, axis=1)[:, ::2]),
+        "Fortran order": (cp.asfortranarray(A), cp.asfortranarray(b)),
+        "b as (..., n, 1) view": (A, b[..., None]),
+        "b float32": (A, b.astype(np.float32)),
+    }
+    for name, (Al, bl) in layouts.items():
+        xl = lg.solve_small(Al, bl, method=method)
+        want = x[..., None] if bl.ndim == 4 else x
+        want = want if bl.dtype == np.float64 else lg.solve_small(A, bl.astype(np.float64), method=method)
+        assert xl.shape == want.shape and xl.dtype == np.float64, name
+        assert bool(cp.all(xl == want)), name
+    w, V = lg.eigh_small(cp.asfortranarray(A))
+    w0, V0 = lg.eigh_small(A)
+    assert bool(cp.all(w == w0)) and bool(cp.all(V == V0))
