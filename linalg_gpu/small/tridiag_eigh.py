@@ -375,14 +375,15 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
     >>> bool(np.allclose(A @ N, N * w[..., None, :]) and np.allclose(w, np.linalg.eigvalsh(A)))
     True
     """
-    if get_array_module(A) is not np:                                  # cupy: cuda/eigh_small.cu
+    xp = get_array_module(A)
+    if xp is not np:                                                   # cupy: cuda/eigh_small.cu
         A = C.check_square_batch(A, "A")
         batch, n = A.shape[:-2], A.shape[-1]
         from . import _gpu
 
         if n > _gpu.MAX_N:
             raise ValueError(f"n = {n} is larger than the GPU kernels' limit of {_gpu.MAX_N}")
-        w, N, nonfinite, asym = _gpu.eigh_small(C.contiguous_batch(get_array_module(A), A, A.dtype, 2))
+        w, N, nonfinite, asym = _gpu.eigh_small(C.contiguous_batch(xp, A, A.dtype, 2))
         if check_finite or not assume_symmetric:                      # the kernel's screening
             found = _gpu.screening_flags(nonfinite, asym, C.SYMMETRY_RTOL * np.finfo(A.dtype).eps)
             C.raise_for_flags(A, [A], ["A"], check_finite and found[0], not assume_symmetric and found[1])
