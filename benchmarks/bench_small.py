@@ -14,8 +14,8 @@ call of itself, and all three see the same drift of clocks). "ours" is the whole
 roofline (bytes of A, b and x over the measured device-to-device copy rate), for the call and for
 its kernel alone.
 
-Each row times one function on one batch of SPD systems (A = X X^T / n + I, the same A and b
-for ours and the competitor), best of --repeat runs, and reports systems per second and the
+On the CPU each row times one function on one batch of SPD systems (A = X X^T / n + I, the same
+A and b for ours and the competitor), best of --repeat runs, and reports systems per second and the
 ratio ours / numpy (> 1: ours is faster). The last rows run solve_small(method="auto") on the
 paper's Fig. 2 Black-Scholes regression matrices in float32 and give the method mix.
 The GPU columns come with the CUDA kernels (see the README's status).

@@ -362,7 +362,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
                          "solve on the CPU (pass numpy arrays) or split the problem")
     Af = C.contiguous_batch(xp, A, dt, 2)                                            # (B, n, n)
     bf = C.contiguous_batch(xp, b.reshape(b.shape + (1,)) if vec else b, dt, 2)     # (B, n, r)
-    B = Af.shape[0]                                                   # bf: (B, n, r)
+    B = Af.shape[0]
     start = method if method != "auto" else (memory.start_method(key) if memory is not None else "ldlt")
     start_codes = None
     if memory is not None and memory.per_system and method == "auto":
