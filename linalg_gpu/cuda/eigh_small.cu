@@ -33,8 +33,28 @@ __device__ void eig_setup(const T* A, long long sys0, int nsys, int spb, T* smem
     sc.perm = ibase; sc.idx = ibase + N; sc.defl = ibase + 2 * N; sc.close = ibase + 3 * N;
 }
 
-// N <- Q_h N for the matrix of eigenvectors: thread c owns column c (in registers, the steps
-// unrolled, for N <= 32).
+// Steps R0 <= r < R1 of apply_q_columns for N <= 32, a rolled loop over the column in registers: the
+// entries k < r of the step, predicated, within the phase's bound R1.
+template <typename T, int N, int S, int R0, int R1>
+__device__ __forceinline__ void apply_q_phase(const T* W, const T* beta, T (&col)[N])
+{
+#pragma unroll 1
+    for (int r = R0; r < R1; ++r) {
+        T u[R1 - 1], s = 0;
+#pragma unroll
+        for (int k = 0; k < R1 - 1; ++k) {
+            u[k] = k < r ? W[k * S + r] : T(0);
+            s += u[k] * col[k];
+        }
+        s *= beta[r];
+#pragma unroll
+        for (int k = 0; k < R1 - 1; ++k) col[k] -= u[k] * s;
+    }
+    if constexpr (R1 < N) apply_q_phase<T, N, S, R1, (R1 + 8 < N ? R1 + 8 : N)>(W, beta, col);
+}
+
+// N <- Q_h N for the matrix of eigenvectors: thread c owns column c (in registers for N <= 32, the
+// steps in rolled phases of 8: unrolled, they were 1.4k instructions of straight code at N = 32).
 template <typename T, int N, int S>
 __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool active)
 {
@@ -43,15 +63,7 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
             T col[N];
 #pragma unroll
             for (int k = 0; k < N; ++k) col[k] = M[k * S + c];
-#pragma unroll
-            for (int r = 2; r < N; ++r) {
-                T u[N], s = 0;
-#pragma unroll
-                for (int k = 0; k < r; ++k) { u[k] = W[k * S + r]; s += u[k] * col[k]; }
-                s *= beta[r];
-#pragma unroll
-                for (int k = 0; k < r; ++k) col[k] -= u[k] * s;
-            }
+            if constexpr (N > 2) apply_q_phase<T, N, S, 2, (10 < N ? 10 : N)>(W, beta, col);
 #pragma unroll
             for (int k = 0; k < N; ++k) M[k * S + c] = col[k];
         }

@@ -100,14 +100,20 @@ __device__ __forceinline__ T group_max(T v, T* scratch, int i)
     }
 }
 
-// Block-wide: copy the block's nsys matrices, as given, into padded shared storage (PER apart).
+// Block-wide: copy the block's nsys matrices, as given, into padded shared storage (PER apart), by
+// cp.async (every load in flight at once, none through registers). Kernel ms, 2^17 systems, H100,
+// against the copy through registers: eigh_small float32 N = 32 8.30 against 8.71, N = 64 86.1
+// against 90.6; float64 N = 32 21.5 against 23.0, N = 64 209 against 219.
 template <typename T, int N, int S, int PER>
 __device__ void stage_matrices(const T* Ablk, T* smem, int nsys)
 {
     for (int t = threadIdx.x; t < nsys * N * N; t += blockDim.x) {
         int s = t / (N * N), r = (t / N) % N, c = t % N;
-        smem[(size_t)s * PER + r * S + c] = Ablk[t];
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
+                     :: "r"((unsigned)__cvta_generic_to_shared(smem + (size_t)s * PER + r * S + c)), "l"(Ablk + t),
+                        "n"(sizeof(T)) : "memory");
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
 }
 
@@ -244,9 +250,9 @@ __device__ __forceinline__ StepScalars<T> step_scalars(T head2, T xl)
 }
 
 // Eq. (12) of step r for the register rows of lane q, after p = W x: p = (W x - alpha W e_r-1) / b
-// (wl: column r - 1 of the rows), u, q = p - B u with B = u.p / (2 b), and y <- H_r y; 0 for rows
-// >= r.
-template <typename T, int W, int R>
+// (wl: column r - 1 of the rows), u, q = p - B u with B = u.p / (2 b), and y <- H_r y (Y: the eigen
+// kernels have no y); 0 for rows >= r.
+template <typename T, int W, int R, bool Y>
 __device__ __forceinline__ void step_vectors(const StepScalars<T>& st, T (&p)[R], const T (&x)[R], const T (&wl)[R],
                                              int r, int q, T (&u)[R], T (&qv)[R], T (&y)[R])
 {
@@ -258,19 +264,21 @@ __device__ __forceinline__ void step_vectors(const StepScalars<T>& st, T (&p)[R]
         u[m] = !st.act ? T(0) : (i < r - 1 ? x[m] : (i == r - 1 ? st.ul : T(0)));
         pu += p[m] * u[m];
     }
+    if constexpr (Y) {
 #pragma unroll
-    for (int m = 0; m < R; ++m) uy += u[m] * y[m];
+        for (int m = 0; m < R; ++m) uy += u[m] * y[m];
+    }
     const T Bi = seg_sum<T, W>(pu) * st.inv_b / T(2);
-    const T sy = seg_sum<T, W>(uy) * st.inv_b;
+    const T sy = Y ? seg_sum<T, W>(uy) * st.inv_b : T(0);
 #pragma unroll
     for (int m = 0; m < R; ++m) {
         qv[m] = p[m] - Bi * u[m];
-        y[m] -= u[m] * sy;
+        if constexpr (Y) y[m] -= u[m] * sy;
     }
 }
 
 // The steps of tridiagonalize_rows in rolled loops, for a warp per system (W = 32, R = 2,
-// 32 < N <= 64). Unrolled, the kernel of float32 N = 64 was 23.5k instructions and overflowed the
+// 32 < N <= 64), and of screen_tridiagonalize_regs (R = 1, W lanes per system, Y false). Unrolled, the kernel of float32 N = 64 was 23.5k instructions and overflowed the
 // instruction cache ("no instruction" was its largest stall, 2.7 of 7.1 cycles per instruction,
 // Nsight Compute, H100); rolled, 8.8k. A rolled loop cannot index the registers by the step, so each
 // row is kept reversed and shifted down one entry per step: at step r row i holds
@@ -281,11 +289,11 @@ __device__ __forceinline__ void step_vectors(const StepScalars<T>& st, T (&p)[R]
 // The arithmetic is that of the unrolled steps, in the same order (W x summed over the columns
 // ascending; the entries past r add exact zeros first), so both give the same T: the condition
 // estimate of Householder + PCR, the ratio of the PCR pivots, moves with the last bits of T.
-template <typename T, int N, int S, int R, int NV, int J0, int J1>
+template <typename T, int N, int S, int W, int R, int NV, int J0, int J1, bool Y>
 __device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* sq, T* beta, int q,
                                                 const bool (&own)[R], T (&d)[R], T (&e)[R], T scale, T (&y)[R])
 {
-    constexpr int W = 32, V = 16 / sizeof(T), COL = (N + 3) / 4 * 4, KMAX = N - J0, RMAX = N - 1 - J0;
+    constexpr int V = 16 / sizeof(T), COL = (N + 3) / 4 * 4, KMAX = N - J0, RMAX = N - 1 - J0;
 #pragma unroll 1
     for (int j = J0; j < J1; ++j) {
         const int r = N - 1 - j;
@@ -305,7 +313,7 @@ __device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* 
         T al = a[0][0];
 #pragma unroll
         for (int m = 1; m < R; ++m) al = r - 1 >= W * m ? a[m][0] : al;
-        const T xl = __shfl_sync(0xffffffffu, al, (r - 1) & (W - 1));
+        const T xl = __shfl_sync(0xffffffffu, al, (r - 1) & (W - 1), W);
         const StepScalars<T> st = step_scalars(head2, xl);
 #pragma unroll
         for (int k0 = (KMAX - 1) / V * V; k0 >= 0; k0 -= V) {  // W x, columns ascending (as unrolled:
@@ -320,7 +328,7 @@ __device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* 
         T wl[R];
 #pragma unroll
         for (int m = 0; m < R; ++m) wl[m] = a[m][1];
-        step_vectors<T, W, R>(st, p, x, wl, r, q, u, qv, y);
+        step_vectors<T, W, R, Y>(st, p, x, wl, r, q, u, qv, y);
 #pragma unroll
         for (int m = 0; m < R; ++m)
             if (q + W * m <= r) sq[r - q - W * m] = qv[m];
@@ -351,14 +359,14 @@ __device__ __forceinline__ void rolled_hh_steps(T (&a)[R][NV], T* sA, T* su, T* 
     }
 }
 
-template <typename T, int N, int S, int R, int NV, int J0>
+template <typename T, int N, int S, int W, int R, int NV, int J0, bool Y>
 __device__ __forceinline__ void rolled_hh_phases(T (&a)[R][NV], T* sA, T* su, T* sq, T* beta, int q,
                                                  const bool (&own)[R], T (&d)[R], T (&e)[R], T scale, T (&y)[R])
 {
     if constexpr (J0 < N - 2) {
         constexpr int J1 = J0 + HH_PHASE < N - 2 ? J0 + HH_PHASE : N - 2;
-        rolled_hh_steps<T, N, S, R, NV, J0, J1>(a, sA, su, sq, beta, q, own, d, e, scale, y);
-        rolled_hh_phases<T, N, S, R, NV, J1>(a, sA, su, sq, beta, q, own, d, e, scale, y);
+        rolled_hh_steps<T, N, S, W, R, NV, J0, J1, Y>(a, sA, su, sq, beta, q, own, d, e, scale, y);
+        rolled_hh_phases<T, N, S, W, R, NV, J1, Y>(a, sA, su, sq, beta, q, own, d, e, scale, y);
     }
 }
 
@@ -402,7 +410,7 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
 #pragma unroll
             for (int k = 0; k < NV; ++k) w[m][k] = k < N ? t[N - 1 - k] : T(0);
         }
-        rolled_hh_phases<T, N, S, R, NV, 0>(w, sA, su, sq, beta, q, own, d, e, scale, y);
+        rolled_hh_phases<T, N, S, W, R, NV, 0, true>(w, sA, su, sq, beta, q, own, d, e, scale, y);
         // after the last step a[m][k] = W_i,1-k
         if (q == 0) { d[0] = w[0][1] * scale; e[0] = w[0][0] * scale; }
         if (q == 1) d[0] = w[0][0] * scale;
@@ -436,7 +444,7 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
             T wl[R];
 #pragma unroll
             for (int m = 0; m < R; ++m) wl[m] = w[m][r - 1];
-            step_vectors<T, W, R>(st, p, x, wl, r, q, u, qv, y);
+            step_vectors<T, W, R, true>(st, p, x, wl, r, q, u, qv, y);
 #pragma unroll
             for (int m = 0; m < R; ++m)
                 if (q + W * m < COL) sq[q + W * m] = qv[m];
@@ -563,18 +571,21 @@ __device__ __forceinline__ void residual_row(const T* Ws, const T* Ag, const T* 
 }
 
 // The eigen kernels, N <= 32: the input screening of screen_and_symmetrize and the reduction of
-// tridiagonalize with lane i holding row i in registers (tridiagonalize_rows with one row per lane,
-// written out: the same steps, u and q broadcast by 16-byte loads from tmp, 2 VL long). The lane
-// reads row and column i of the staged copy W once: they give the screening and the row of the
-// matrix defined by the lower triangle; a system whose input is not finite is reduced as zero. On
-// exit, as tridiagonalize(): d, e, beta, u_r in column r of W above the diagonal; the lower
-// triangle of W is the input. bi: the nrhs right-hand sides of row i. Returns whether the input is
-// finite.
-// Why not tridiagonalize_rows<..., R = 1>: in eigh_small<float, 32> it left the same d, e and beta
-// (bitwise, but e_0) and the same secular-equation iteration counts, yet the divide and conquer
-// after it ran 50 % longer (38.0 against 25.5 ms for 2^17 systems, float64 120 against 86 ms; also
-// with the divide and conquer __noinline__). Measured on the H100; the cause was not found (the
-// kernel's code is 170 KB: the instruction cache is the suspect).
+// tridiagonalize with lane i holding row i in registers: the rolled steps of tridiagonalize_rows
+// (rolled_hh_phases, R = 1, Group<N>::W lanes per system, no right-hand side), u and q broadcast by
+// 16-byte loads from tmp (2 VL long). The lane reads row and column i of the staged copy W once: they
+// give the screening and the row of the matrix defined by the lower triangle; a system whose input
+// is not finite is reduced as zero. On exit, as tridiagonalize(): d, e, beta, u_r in column r of W
+// above the diagonal; the lower triangle of W is the input. bi: the nrhs right-hand sides of row i.
+// Returns whether the input is finite.
+// Unrolled (until session 19), the reduction was 5.6k of the 13.2k instructions of
+// eigh_small<float, 32>, straight code run once per system, and "no instruction" (instruction cache
+// misses) was 44 % of the kernel's stall samples; float64 N = 32: 16.8k instructions, 58 %. With the
+// rolled steps, the rolled back-transformation (apply_q_columns) and two merge_row bounds: 5.4k and
+// 7.8k instructions, 6 % (Nsight Compute, H100). Kernel ms, 2^17 systems, before -> after (with the
+// systems per block of _gpu._systems_per_block, before the cp.async copy of stage_matrices): float32
+// N = 16 1.91 -> 1.81, N = 24 8.38 -> 6.87, N = 32 11.99 -> 8.71; float64 N = 16 3.72 -> 3.40, N = 24
+// 15.9 -> 11.7, N = 32 33.9 -> 23.0.
 template <typename T, int N, int S>
 __device__ bool screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T* e, T* beta, T* tmp,
                                            int i, bool active, bool* nonfinite, T* asym)
@@ -610,57 +621,27 @@ __device__ bool screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T*
     const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
 #pragma unroll
     for (int k = 0; k < N; ++k) w[k] *= unscale;
-    T* su = tmp;                                      // broadcast buffers: u, then q
+    // the reduction in rolled loops (rolled_hh_phases: the rows reversed, shifted one entry per step);
+    // unrolled, this reduction was 5.6k of the 13.2k instructions of eigh_small<float, 32>, executed
+    // once per system: "no instruction" was 44 % of its stall samples (Nsight Compute, H100)
+    constexpr int G = Group<N>::W;
+    T* su = tmp;                                      // broadcast buffers: u, then q (VL each)
     T* sq = tmp + HHLayout<N>::VL;
-    const int base = (threadIdx.x & 31) - i;          // lane of row 0 of this system
+    for (int k = i; k < HHLayout<N>::VL; k += G) { su[k] = T(0); sq[k] = T(0); }
+    __syncwarp();
+    T a[1][NV], dr[1] = {T(0)}, er[1] = {T(0)}, y[1] = {T(0)};
+    const bool own[1] = {active};
 #pragma unroll
-    for (int r = N - 1; r >= 2; --r) {
-        const T xi = (i < r - 1) ? w[r] : T(0);       // W[r][i] = W[i][r]
-        const T head2 = group_sum<T, N>(xi * xi, tmp, i);
-        const T xl = __shfl_sync(0xffffffffu, w[r], base + r - 1);
-        const T sigma = sqrt(head2 + xl * xl);
-        const T alpha = xl >= T(0) ? -sigma : sigma;
-        const bool act = head2 > T(0);
-        const T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
-        const T ui = !act ? T(0) : (i < r - 1 ? xi : (i == r - 1 ? xl - alpha : T(0)));
-        if (i < NV) su[i] = ui;                       // lanes >= r (and >= N) write 0
-        __syncwarp();
-        T pi = 0;
-#pragma unroll
-        for (int k0 = 0; k0 < r; k0 += V) {           // p = W u / b   (eq. 12)
-            T c[V];
-            load16(su + k0, c);
-#pragma unroll
-            for (int t = 0; t < V; ++t) pi += w[k0 + t] * c[t];
-        }
-        pi *= inv_b;
-        if (i >= r) pi = T(0);
-        const T Bi = group_sum<T, N>(pi * ui, tmp, i) * inv_b / T(2);
-        const T qi = pi - Bi * ui;                     // q = p - B u
-        if (i < NV) sq[i] = qi;
-        __syncwarp();
-        if (i < r) {
-#pragma unroll
-            for (int k0 = 0; k0 < r; k0 += V) {       // eq. (13)
-                T cu[V], cq[V];
-                load16(su + k0, cu);
-                load16(sq + k0, cq);
-#pragma unroll
-                for (int t = 0; t < V; ++t) w[k0 + t] -= qi * cu[t] + ui * cq[t];
-            }
-        }
-        if (active && i < r) W[i * S + r] = ui;        // u_r in column r (for apply_q)
-        if (active && i == 0) {
-            beta[r] = inv_b;
-            e[r - 1] = (act ? alpha : xl) * scale;
-        }
-        __syncwarp();
+    for (int k = 0; k < NV; ++k) a[0][k] = k < N ? w[N - 1 - k] : T(0);
+    rolled_hh_phases<T, N, S, G, 1, NV, 0, false>(a, W, su, sq, beta, i, own, dr, er, scale, y);
+    if constexpr (N == 1) {
+        dr[0] = a[0][0] * scale;
+    } else {                                          // a[0][k] = W_i,1-k
+        if (i == 0) { dr[0] = a[0][1] * scale; er[0] = a[0][0] * scale; }
+        if (i == 1) dr[0] = a[0][0] * scale;
     }
-    T di = 0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) di = (k == i) ? w[k] : di;
-    if (active) d[i] = di * scale;
-    if (active && i == 1) e[0] = w[0] * scale;
+    if (active) d[i] = dr[0];
+    if (active && i + 1 < N) e[i] = er[0];
     if (active && i == 0) { beta[0] = 0; if (N > 1) beta[1] = 0; }
     __syncwarp();
     return fin;
