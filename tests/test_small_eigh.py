@@ -279,3 +279,56 @@ def test_gpu_merge_rounds_run_each_merge_after_its_children(n):
             seen.append((s, n1, n2))
     assert sorted(seen) == sorted(merges)
     assert n <= 2 or when[(0, n)] == len(rounds) - 1
+
+
+H100 = dict(sm_bytes=233472, reserved=1024, sm_regs=65536, block_bytes=232448)   # device attributes
+
+
+def _h100(monkeypatch):
+    from linalg_gpu.small import _gpu
+
+    monkeypatch.setattr(_gpu, "_sm_limits", lambda d: (H100["sm_bytes"], H100["reserved"], H100["sm_regs"]))
+    monkeypatch.setattr(_gpu, "_max_shared", lambda d: H100["block_bytes"])
+    return _gpu
+
+
+def _resident(n, spb, per_system_bytes, regs):
+    """Systems resident per SM by the CUDA occupancy rules (H100): 32 blocks, 64 warps, shared memory
+    per SM with the driver's reservation per block, registers per SM sub-partition in warps of 256."""
+    lanes = (n if 32 % n == 0 else 32) if n <= 32 else n
+    warps = -(-spb * lanes // 32)
+    per_smsp = H100["sm_regs"] // 4 // (-(-regs * 32 // 256) * 256)
+    return spb * min(32, 64 // warps, H100["sm_bytes"] // (spb * per_system_bytes + H100["reserved"]),
+                     4 * per_smsp // warps)
+
+
+@pytest.mark.parametrize("itemsize", [4, 8])
+@pytest.mark.parametrize("n", [9, 12, 16, 24, 31, 32, 33, 40, 48, 56, 64])
+@pytest.mark.parametrize("regs", [40, 80, 128, 168, 255])
+def test_gpu_systems_per_block_keeps_residency(monkeypatch, n, itemsize, regs):
+    """_gpu._systems_per_block: whole warps of systems and at most THREADS threads for n <= 32 (256
+    above), within the shared memory of a block; n <= 32 the largest block within 85 % of the most
+    resident systems, n > 32 the most resident."""
+    _gpu = _h100(monkeypatch)
+    b = _gpu._eig_bytes(n, itemsize)
+    spb = _gpu._systems_per_block(n, b, regs, 0)
+    lanes = _gpu._lanes(n)
+    step, top = (32 // lanes, _gpu.THREADS // lanes) if n <= 32 else (1, 256 // n)
+    fits = [s for s in range(step, top + 1, step) if s * b <= H100["block_bytes"]]
+    assert spb in fits
+    res = {s: _resident(n, s, b, regs) for s in fits}
+    if n <= 32:
+        assert res[spb] >= 0.85 * max(res.values())
+        assert all(res[s] < 0.85 * max(res.values()) for s in fits if s > spb)
+    else:
+        assert res[spb] == max(res.values())
+
+
+@pytest.mark.parametrize("itemsize, n, regs, best", [
+    (4, 16, 59, 8), (4, 32, 80, 4), (4, 48, 80, 2), (4, 64, 128, 1),
+    (8, 16, 80, 8), (8, 32, 158, 3), (8, 48, 128, 3), (8, 64, 164, 1)])
+def test_gpu_systems_per_block_h100_picks(monkeypatch, itemsize, n, regs, best):
+    """The picks for the kernels' register counts on the H100: the best or (float64 n = 32: 3 per
+    block 23.0 ms, 2 per block 22.5 ms) nearly the best of the measured sweep (NOTES, session 19)."""
+    _gpu = _h100(monkeypatch)
+    assert _gpu._systems_per_block(n, _gpu._eig_bytes(n, itemsize), regs, 0) == best
