@@ -9,13 +9,16 @@
 #include "common.cuh"
 
 // The register-row reduction runs in rolled loops (rolled_hh_steps) for a warp per system and
-// N > 32; unrolled below. Measured on the H100 (Householder + PCR kernel, 2^18 systems, against the
+// N > 16 (float64 17 <= N <= 32 has W = 32, R = 1: rolled since session 19, outputs bitwise equal,
+// kernel 2^20 systems float64 N = 24 15.18 -> 14.12 ms, N = 32 19.06 -> 18.38; the unrolled code of
+// N = 32 was 160 KB, rolled 50 KB; register caps of 3 blocks or none were slower: N = 32 21.1 and
+// 27.5 ms); unrolled below. Measured on the H100 (Householder + PCR kernel, 2^18 systems, against the
 // unrolled steps): float32 N = 40 9.86 -> 6.35 ms, 48 14.0 -> 8.62, 56 18.1 -> 10.5, 64 19.6 -> 11.0;
 // float64 N = 40 14.0 -> 12.5, 48 22.4 -> 16.9, 56 45.5 -> 20.7, 64 67.0 -> 44.7. Phases of 8
 // steps (4: float32 N = 64 11.0 ms, float64 48.2; 16: 11.1, 50.7) and Q^T / Q applied four steps
 // per loop iteration (1: 11.7, 46.8; 2: 11.0, 45.7; 4: 10.8, 44.7).
 template <int N, int W>
-__host__ __device__ constexpr bool hh_rolled() { return W == 32 && N > 32; }
+__host__ __device__ constexpr bool hh_rolled() { return W == 32 && N > 16; }
 constexpr int HH_PHASE = 8, HH_APPLY_UNROLL = 4;
 
 // The power of 2 that scales a matrix to max |A_ij| ~ 1 (no under/overflow in the squares of the
