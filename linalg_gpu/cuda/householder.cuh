@@ -280,10 +280,11 @@ __device__ __forceinline__ void step_vectors(const StepScalars<T>& st, T (&p)[R]
     }
 }
 
-// The steps of tridiagonalize_rows in rolled loops, for a warp per system (W = 32, R = 2,
-// 32 < N <= 64), and of screen_tridiagonalize_regs (R = 1, W lanes per system, Y false). Unrolled, the kernel of float32 N = 64 was 23.5k instructions and overflowed the
-// instruction cache ("no instruction" was its largest stall, 2.7 of 7.1 cycles per instruction,
-// Nsight Compute, H100); rolled, 8.8k. A rolled loop cannot index the registers by the step, so each
+// The steps of tridiagonalize_rows in rolled loops, for a warp per system (W = 32, N > 16, R = 1 or
+// 2; hh_rolled), and of screen_tridiagonalize_regs (R = 1, W lanes per system, Y false). Unrolled,
+// the kernel of float32 N = 64 was 23.5k instructions and overflowed the instruction cache ("no
+// instruction" was its largest stall, 2.7 of 7.1 cycles per instruction, Nsight Compute, H100);
+// rolled, 8.8k. A rolled loop cannot index the registers by the step, so each
 // row is kept reversed and shifted down one entry per step: at step r row i holds
 // a[m][k] = W_i,r-k (k <= r), x of the step is a[m][0] and column r - 1 is a[m][1]. u and q are
 // broadcast in the same order (su[k] = u_r-k, written by lane i at position r - i; the positions
@@ -624,9 +625,7 @@ __device__ bool screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T*
     const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
 #pragma unroll
     for (int k = 0; k < N; ++k) w[k] *= unscale;
-    // the reduction in rolled loops (rolled_hh_phases: the rows reversed, shifted one entry per step);
-    // unrolled, this reduction was 5.6k of the 13.2k instructions of eigh_small<float, 32>, executed
-    // once per system: "no instruction" was 44 % of its stall samples (Nsight Compute, H100)
+    // the reduction in rolled loops (rolled_hh_phases: the rows reversed, shifted one entry per step)
     constexpr int G = Group<N>::W;
     T* su = tmp;                                      // broadcast buffers: u, then q (VL each)
     T* sq = tmp + HHLayout<N>::VL;
