@@ -28,6 +28,11 @@ def _signs(rng, n):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("K", [32, 64])
 def test_block_hyperbolic_kernel_against_numpy_twin(rng, dtype, K):
+    """V against the twin's per matrix, within 1e3 K eps max|V| or 8 times what the twin's own V moves
+    when A is perturbed by 8 eps (the most over 6 perturbations): a near-degenerate pair leaves V free
+    to turn within it. float32 K = 32, seed 331837195759403516246393523668916980120: on one matrix of
+    five the twin's V moved by 0.95 max|V| under 7 of 20 such perturbations (the other four matrices:
+    at most 3e-4 max|V|), and the elementwise comparison alone failed there."""
     X = rng.standard_normal((5, K, 3 * K))
     A = (X @ X.transpose(0, 2, 1)).astype(dtype)
     sign = np.stack([_signs(rng, K) for _ in range(5)]).astype(np.int8)
@@ -36,7 +41,13 @@ def test_block_hyperbolic_kernel_against_numpy_twin(rng, dtype, K):
         V_gpu, bad_gpu = block_hyperbolic(cp.asarray(A), cp.asarray(sign), tol, sweeps)
         V_np, bad_np = block_hyperbolic(A, sign, tol, sweeps)
         assert int(bad_gpu.sum()) == int(bad_np.sum()) == 0
-        np.testing.assert_allclose(cp.asnumpy(V_gpu), V_np, atol=1e3 * K * _eps(dtype) * np.abs(V_np).max())
+        moved = np.zeros(len(A))
+        for _ in range(6):
+            P = A * (1 + 8 * _eps(dtype) * rng.standard_normal(A.shape))
+            V_p, _ = block_hyperbolic(((P + P.transpose(0, 2, 1)) / 2).astype(dtype), sign, tol, sweeps)
+            moved = np.maximum(moved, np.abs(V_p - V_np).max(axis=(1, 2)))
+        err = np.abs(cp.asnumpy(V_gpu) - V_np).max(axis=(1, 2))
+        assert (err <= np.maximum(1e3 * K * _eps(dtype) * np.abs(V_np).max(), 8 * moved)).all(), (err, moved)
     V = cp.asnumpy(V_gpu).astype(np.float64)
     J = sign.astype(np.float64)
     T = V.transpose(0, 2, 1) @ A.astype(np.float64) @ V
