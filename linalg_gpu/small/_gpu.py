@@ -61,8 +61,10 @@ def _lanes(n):
     return (n if 32 % n == 0 else 32) if n <= 32 else n
 
 
+@lru_cache(maxsize=None)
 def _sm_limits(device_id):
-    """Shared memory per SM, shared memory the driver reserves per block, registers per SM."""
+    """Shared memory per SM, shared memory the driver reserves per block, registers per SM (read once per
+    device, as _max_shared: Device.attributes queries every attribute, and the eigen launches ask each call)."""
     import cupy as cp
 
     at = cp.cuda.Device(device_id).attributes
@@ -84,11 +86,12 @@ def _systems_per_block(n, per_system_bytes, regs, device_id):
     step = 32 // lanes if n <= 32 else 1
     top = max(step, THREADS // lanes if n <= 32 else 256 // n)
     sm_bytes, reserved, sm_regs = _sm_limits(device_id)
+    limit = _max_shared(device_id)
     warp_regs = -(-regs * 32 // 256) * 256                       # allocated per warp, in units of 256
     per_smsp = sm_regs // 4 // warp_regs if warp_regs else 16   # warps per SM sub-partition (4 per SM)
     resident, busy = {}, {}
     for spb in range(step, top + 1, step):
-        if spb * per_system_bytes > _max_shared(device_id) and spb > step:
+        if spb * per_system_bytes > limit and spb > step:
             break
         warps = -(-spb * lanes // 32)
         blocks = min(32, 64 // warps, sm_bytes // (spb * per_system_bytes + reserved), 4 * per_smsp // warps)
