@@ -27,7 +27,7 @@ import linalg_gpu as lg
 
 C_SOLVE = 10    # relative forward error <= C_SOLVE * n * eps * cond_2
 C_EIG = 10      # eigenvalue error bound C_EIG * n * eps * ||A||_2 (classification at the threshold)
-C_TRUNC = 10    # truncated solve: rel. error <= C_TRUNC * n * eps * (w_max / w_k + w_max / gap)
+C_TRUNC = 10    # truncated solve: ||dx|| <= C_TRUNC * n * eps * (w_max / w_k + w_max / gap) ||b|| / w_k
 
 SOLVE_METHODS = ("auto", "ldlt", "householder_pcr", "eig_truncate")
 COND = {np.float32: 1e3, np.float64: 1e4}       # < cond_max = 1e5: eig_truncate discards nothing
@@ -260,7 +260,7 @@ def _check_truncated(A, b, x, rep, idx, dtype):
     wk = w[keep].min()
     gap = wk - w[~keep].max() if nd else np.inf
     cond_eff = w.max() / wk + w.max() / gap
-    err = rel_err(xi, xref, vec_axis=0)
+    err = np.linalg.norm(xi - xref, axis=0) / (np.linalg.norm(bi, axis=0) / wk)
     assert np.all(err <= C_TRUNC * n * ep * cond_eff), (idx, err, cond_eff)
 
 
@@ -333,13 +333,16 @@ def test_eig_truncate_against_numpy(rng, n, cond_max):
         wk = w[keep].min()
         gap = wk - w[~keep].max()
         bound = C_TRUNC * n * eps(np.float64) * (w.max() / wk + w.max() / gap)
-        assert np.all(rel_err(x[i], xref, vec_axis=0) <= bound)
+        # error against ||b|| / w_k, the largest ||x|| can be: a b mostly in the discarded
+        # eigenspace gives a small x whose own norm would not bound the rounding
+        scale = np.linalg.norm(b[i], axis=0) / wk
+        assert np.all(np.linalg.norm(x[i] - xref, axis=0) <= bound * scale)
         # the residual lies in the discarded eigenspace and x in the kept one
         _, N = np.linalg.eigh(A[i])
         Nk, Nd = N[:, keep], N[:, ~keep]
         r = A[i] @ x[i] - b[i]
         assert np.abs(Nk.T @ r).max() <= bound * np.abs(b[i]).max() * 10
-        assert np.abs(Nd.T @ x[i]).max() <= bound * np.abs(xref).max()
+        assert np.abs(Nd.T @ x[i]).max() <= bound * scale.max()
 
 
 def test_eig_truncate_nothing_positive(rng):
