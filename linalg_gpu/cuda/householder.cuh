@@ -374,6 +374,31 @@ __device__ __forceinline__ void rolled_hh_phases(T (&a)[R][NV], T* sA, T* su, T*
     }
 }
 
+// The reduction of tridiagonalize_rows in rolled loops, on its scaled rows w (overwritten), and of
+// screen_tridiagonalize_regs (R = 1, Y false): the rows reversed for rolled_hh_phases, its steps, then
+// d and e of rows 0 and 1, which no step makes final.
+template <typename T, int N, int S, int W, int R, int NV, bool Y>
+__device__ __forceinline__ void rolled_tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta, int q,
+                                                           const bool (&own)[R], T (&d)[R], T (&e)[R], T scale,
+                                                           T (&y)[R])
+{
+#pragma unroll
+    for (int m = 0; m < R; ++m) {                               // reversed (register renaming)
+        T t[NV];
+#pragma unroll
+        for (int k = 0; k < NV; ++k) t[k] = w[m][k];
+#pragma unroll
+        for (int k = 0; k < NV; ++k) w[m][k] = k < N ? t[N - 1 - k] : T(0);
+    }
+    rolled_hh_phases<T, N, S, W, R, NV, 0, Y>(w, sA, su, sq, beta, q, own, d, e, scale, y);
+    if constexpr (N == 1) {
+        d[0] = w[0][0] * scale;
+    } else {                                                    // after the last step w[m][k] = W_i,1-k
+        if (q == 0) { d[0] = w[0][1] * scale; e[0] = w[0][0] * scale; }
+        if (q == 1) d[0] = w[0][0] * scale;
+    }
+}
+
 // The reduction A = Q T Q^T (eqs. 8-14, the collaborative Algorithm 2) of the register rows w (from
 // load_screen_rows). At step r (N-1 down to 2) x = row r left of the diagonal, which lane i holds
 // as its own column r (symmetry); u and q are broadcast through the shared su, sq (16-byte aligned,
@@ -406,18 +431,7 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
     for (int k = q; k < COL; k += W) { su[k] = T(0); sq[k] = T(0); }   // entries past W R stay 0
     __syncwarp();
     if constexpr (hh_rolled<N, W>()) {
-#pragma unroll
-        for (int m = 0; m < R; ++m) {                           // reversed (register renaming)
-            T t[NV];
-#pragma unroll
-            for (int k = 0; k < NV; ++k) t[k] = w[m][k];
-#pragma unroll
-            for (int k = 0; k < NV; ++k) w[m][k] = k < N ? t[N - 1 - k] : T(0);
-        }
-        rolled_hh_phases<T, N, S, W, R, NV, 0, true>(w, sA, su, sq, beta, q, own, d, e, scale, y);
-        // after the last step a[m][k] = W_i,1-k
-        if (q == 0) { d[0] = w[0][1] * scale; e[0] = w[0][0] * scale; }
-        if (q == 1) d[0] = w[0][0] * scale;
+        rolled_tridiagonalize_rows<T, N, S, W, R, NV, true>(w, sA, su, sq, beta, q, own, d, e, scale, y);
     } else {
 #pragma unroll
         for (int r = N - 1; r >= 2; --r) {
@@ -576,10 +590,10 @@ __device__ __forceinline__ void residual_row(const T* Ws, const T* Ag, const T* 
 
 // The eigen kernels, N <= 32: the input screening of screen_and_symmetrize and the reduction of
 // tridiagonalize with lane i holding row i in registers: the rolled steps of tridiagonalize_rows
-// (rolled_hh_phases, R = 1, Group<N>::W lanes per system, no right-hand side), u and q broadcast by
-// 16-byte loads from tmp (2 VL long). The lane reads row and column i of the staged copy W once: they
-// give the screening and the row of the matrix defined by the lower triangle; a system whose input
-// is not finite is reduced as zero. On exit, as tridiagonalize(): d, e, beta, u_r in column r of W
+// (rolled_tridiagonalize_rows, R = 1, Group<N>::W lanes per system, no right-hand side), u and q
+// broadcast by 16-byte loads from tmp (2 VL long). The lane reads row and column i of the staged
+// copy W once: they give the screening and the row of the matrix defined by the lower triangle; a
+// system whose input is not finite is reduced as zero. On exit, as tridiagonalize(): d, e, beta, u_r in column r of W
 // above the diagonal; the lower triangle of W is the input. bi: the nrhs right-hand sides of row i.
 // Returns whether the input is finite.
 // Unrolled (until session 19), the reduction was 5.6k of the 13.2k instructions of
@@ -625,7 +639,7 @@ __device__ bool screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T*
     const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
 #pragma unroll
     for (int k = 0; k < N; ++k) w[k] *= unscale;
-    // the reduction in rolled loops (rolled_hh_phases: the rows reversed, shifted one entry per step)
+    // the reduction in rolled loops
     constexpr int G = Group<N>::W;
     T* su = tmp;                                      // broadcast buffers: u, then q (VL each)
     T* sq = tmp + HHLayout<N>::VL;
@@ -634,14 +648,8 @@ __device__ bool screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T*
     T a[1][NV], dr[1] = {T(0)}, er[1] = {T(0)}, y[1] = {T(0)};
     const bool own[1] = {active};
 #pragma unroll
-    for (int k = 0; k < NV; ++k) a[0][k] = k < N ? w[N - 1 - k] : T(0);
-    rolled_hh_phases<T, N, S, G, 1, NV, 0, false>(a, W, su, sq, beta, i, own, dr, er, scale, y);
-    if constexpr (N == 1) {
-        dr[0] = a[0][0] * scale;
-    } else {                                          // a[0][k] = W_i,1-k
-        if (i == 0) { dr[0] = a[0][1] * scale; er[0] = a[0][0] * scale; }
-        if (i == 1) dr[0] = a[0][0] * scale;
-    }
+    for (int k = 0; k < NV; ++k) a[0][k] = w[k];
+    rolled_tridiagonalize_rows<T, N, S, G, 1, NV, false>(a, W, su, sq, beta, i, own, dr, er, scale, y);
     if (active) d[i] = dr[0];
     if (active && i + 1 < N) e[i] = er[0];
     if (active && i == 0) { beta[0] = 0; if (N > 1) beta[1] = 0; }
