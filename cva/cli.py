@@ -1,4 +1,5 @@
-"""The ``cva`` command line: ``cva run CONFIG``, ``cva price CONFIG`` and ``cva validate CONFIG``.
+"""The ``cva`` command line: ``cva run CONFIG``, ``cva price CONFIG``, ``cva validate CONFIG`` and
+``cva bench CONFIG``.
 
 A user's mistake (a bad path, an invalid config, a bad option value) exits with status 2 and one
 line per problem on stderr, without a traceback; Ctrl-C exits with 130. This module only wires
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
 from pathlib import Path
 
@@ -36,6 +38,16 @@ def _paths(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text!r}") from None
     if n < 2:
         raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {n}")
+    return n
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {n}")
     return n
 
 
@@ -70,6 +82,18 @@ def _build_parser() -> _Parser:
     p.add_argument("--out-of-sample", action="store_true", default=None,
                    help="also price with the LSM policy on an independent path set (low-biased price)")
     p.set_defaults(func=_cmd_price)
+
+    p = sub.add_parser("bench", help="time the nested CVA of CONFIG on this machine, stage by stage",
+                       description="Run the nested CVA of CONFIG --repeat times into a temporary directory and "
+                                   "print the seconds per stage, outer paths and regression systems per second, "
+                                   "and the CVA of each run. On the GPU the first run also compiles the kernels.")
+    p.add_argument("config", metavar="CONFIG", help="the YAML configuration")
+    p.add_argument("--backend", choices=("auto", "cpu", "gpu"), help="override run.backend")
+    p.add_argument("--outer", type=_paths, metavar="N", help="override simulation.outer_paths")
+    p.add_argument("--inner", type=_paths, metavar="N", help="override simulation.inner_paths")
+    p.add_argument("--repeat", type=_count, default=3, metavar="R", help="runs to time (default 3)")
+    p.add_argument("--json", metavar="FILE", help="also write the runs and the machine as JSON")
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 
@@ -115,10 +139,7 @@ def _cmd_run(args) -> int:
 
 def _cmd_price(args) -> int:
     config = load_config(args.config)
-    if args.json is not None:
-        parent = Path(args.json).resolve().parent
-        if not parent.is_dir():
-            raise _UsageError(f"--json {args.json}: the directory {parent} does not exist")
+    _check_json_target(args)
     backend = args.backend or config.run.backend
     paths = args.paths or config.simulation.pricing_paths
     out_of_sample = config.simulation.out_of_sample if args.out_of_sample is None else args.out_of_sample
@@ -150,14 +171,56 @@ def _cmd_price(args) -> int:
                 except (TypeError, ValueError):
                     document[key] = str(value)
         document["prices"] = json.loads(df.to_json(orient="records"))
-        try:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump(document, fh, indent=2)
-                fh.write("\n")
-        except OSError as exc:
-            raise _UsageError(f"--json {args.json}: cannot write: {exc.strerror or exc}") from None
-        print(f"wrote {args.json}")
+        _write_json(args.json, document)
     return EXIT_OK
+
+
+def _cmd_bench(args) -> int:
+    from cva.bench import bench, with_paths  # imported only when used: they pull in the engine
+    from cva.nested import STAGES
+
+    config = load_config(args.config)
+    config.require_counterparty()
+    config = with_paths(config, args.outer, args.inner)
+    _check_json_target(args)
+    backend = args.backend or config.run.backend
+    _check_backend(backend, args, config)
+
+    df = bench(config, backend=backend, repeat=args.repeat)
+    a = df.attrs
+    print(f"cva bench {a['name']}: {a['device']}, {a['dtype']}; {a['outer_paths']} outer x {a['inner_paths']} "
+          f"inner paths, chunk {a['chunk']}; {len(df)} run(s)")
+    print(f"{'run':>3} {'total s':>8} {'engine s':>8} {'outer/s':>9} {'solve Msys/s':>12}  stages [s]")
+    for row in df.to_dict("records"):
+        stages = ", ".join(f"{s} {row[f'{s}_seconds']:.3f}" for s in STAGES if row[f"{s}_seconds"] > 0)
+        note = " (compiles the kernels)" if row["first"] else ""
+        print(f"{row['run']:3d} {row['seconds']:8.3f} {row['engine_seconds']:8.3f} {row['outer_paths_per_s']:9.1f} "
+              f"{row['solve_systems_per_s'] / 1e6:12.3f}  {stages}{note}")
+    last = df.iloc[-1]
+    print(f"CVA = {last['cva']:.6g} +- {last['stderr']:.3g}; {last['systems']} regression systems, "
+          f"method mix {a['method_mix']}")
+    if args.json is not None:
+        document = {"config": str(args.config), **a, "cpu": platform.processor() or platform.machine(),
+                    "runs": json.loads(df.to_json(orient="records"))}
+        _write_json(args.json, document)
+    return EXIT_OK
+
+
+def _check_json_target(args):
+    if args.json is not None:
+        parent = Path(args.json).resolve().parent
+        if not parent.is_dir():
+            raise _UsageError(f"--json {args.json}: the directory {parent} does not exist")
+
+
+def _write_json(path, document):
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(document, fh, indent=2)
+            fh.write("\n")
+    except OSError as exc:
+        raise _UsageError(f"--json {path}: cannot write: {exc.strerror or exc}") from None
+    print(f"wrote {path}")
 
 
 def main(argv=None) -> int:

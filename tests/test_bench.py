@@ -1,0 +1,95 @@
+"""cva bench: the timed runs are the nested CVA of the config (same numbers as ``cva run``), their
+times add up, and the command line's mistakes exit 2 with one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cva
+from cva.bench import bench, with_paths
+from cva.cli import main
+from cva.nested import STAGES
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+QUICKSTART = CONFIGS / "quickstart.yaml"
+OUTER, INNER = 48, 32
+
+
+def quickstart_regressions_per_path():
+    """Regressions per outer path of the quickstart, counted from the config: its one Bermudan contract,
+    at each grid date before its maturity, one regression per later exercise date but the last."""
+    cfg = with_paths(QUICKSTART)
+    (bermudan,) = [c for c in cfg.portfolio if c.style == "bermudan"]
+    grid = np.union1d(cfg.exposure_times(), bermudan.exercise_times())
+    ex = bermudan.exercise_times()
+    return sum(max(int((ex > t + 1e-12).sum()) - 1, 0) for t in grid if t < ex[-1] - 1e-12)
+
+
+def test_bench_runs_are_the_nested_cva(tmp_path):
+    df = bench(QUICKSTART, backend="cpu", outer=OUTER, inner=INNER, repeat=2)
+    ref = cva.run(with_paths(QUICKSTART, OUTER, INNER), out=tmp_path, backend="cpu", progress=False)
+    assert list(df["run"]) == [1, 2] and not df["first"].any()                       # no compilation on the CPU
+    np.testing.assert_array_equal(df["cva"], ref.cva)                                 # same seed, same numbers
+    np.testing.assert_array_equal(df["stderr"], ref.stderr)
+    assert df.attrs["outer_paths"] == OUTER and df.attrs["inner_paths"] == INNER
+    assert df.attrs["backend"] == "cpu" and df.attrs["method_mix"] == ref.summary["solver"]["method_mix"]
+    assert (df["systems"] == OUTER * quickstart_regressions_per_path()).all()
+    stages = df[[f"{s}_seconds" for s in STAGES]]
+    assert (stages.to_numpy() >= 0).all()
+    assert (stages.sum(axis=1) <= df["engine_seconds"] * (1 + 1e-9)).all()           # the stages are inside
+    assert (df["engine_seconds"] <= df["seconds"]).all()                             # the engine, inside the run
+    np.testing.assert_allclose(df["outer_paths_per_s"], OUTER / df["engine_seconds"], rtol=1e-12)
+    np.testing.assert_allclose(df["solve_systems_per_s"], df["systems"] / df["solve_seconds"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("repeat", (0, -1, 1.5, True))
+def test_bench_repeat_must_be_a_positive_integer(repeat):
+    with pytest.raises(ValueError, match="repeat"):
+        bench(QUICKSTART, backend="cpu", outer=OUTER, inner=INNER, repeat=repeat)
+
+
+def test_with_paths_validates_the_override():
+    with pytest.raises(ValueError, match="simulation.outer_paths"):
+        with_paths(QUICKSTART, outer=1)
+
+
+def test_cli_bench_prints_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = ["bench", str(QUICKSTART), "--backend", "cpu", "--outer", str(OUTER), "--inner", str(INNER),
+            "--repeat", "2", "--json", str(out)]
+    assert main(argv) == 0
+    stdout, stderr = capsys.readouterr()
+    lines = stdout.strip().splitlines()
+    assert lines[0].startswith("cva bench quickstart: cpu") and f"{OUTER} outer x {INNER} inner" in lines[0]
+    assert [ln.split()[0] for ln in lines[2:4]] == ["1", "2"]
+    doc = json.loads(out.read_text())
+    assert doc["config"] == str(QUICKSTART) and len(doc["runs"]) == 2
+    assert lines[4].startswith(f"CVA = {doc['runs'][-1]['cva']:.6g} +- ")
+    assert lines[-1] == f"wrote {out}"
+    assert stderr == ""
+
+
+@pytest.mark.parametrize("extra, word", [
+    (["--repeat", "0"], "--repeat"),
+    (["--outer", "1"], "--outer"),
+    (["--inner", "x"], "--inner"),
+    (["--backend", "tpu"], "--backend"),
+    (["--json", "/no/such/dir/b.json"], "does not exist"),
+])
+def test_cli_bench_mistakes_exit_2(extra, word, capsys):
+    assert main(["bench", str(QUICKSTART), "--backend", "cpu", *extra]) == 2
+    _, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and word in err and "Traceback" not in err
+
+
+def test_cli_bench_needs_a_counterparty(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("market: {spot: 100, vol: 0.2}\n"
+                   "portfolio: [{style: european, payoff: call, underlying: {asset: 0}, strike: 100, maturity: 1}]\n")
+    assert main(["bench", str(cfg), "--backend", "cpu"]) == 2
+    _, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and "counterparty" in err
