@@ -9,6 +9,7 @@ line per problem on stderr, without a traceback; Ctrl-C exits with 130. This mod
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import platform
 import sys
@@ -194,13 +195,15 @@ def _cmd_bench(args) -> int:
     for row in df.to_dict("records"):
         stages = ", ".join(f"{s} {row[f'{s}_seconds']:.3f}" for s in STAGES if row[f"{s}_seconds"] > 0)
         note = " (compiles the kernels)" if row["first"] else ""
+        rate = f"{row['solve_systems_per_s'] / 1e6:12.3f}" if row["systems"] else f"{'-':>12}"   # no regressions
         print(f"{row['run']:3d} {row['seconds']:8.3f} {row['engine_seconds']:8.3f} {row['outer_paths_per_s']:9.1f} "
-              f"{row['solve_systems_per_s'] / 1e6:12.3f}  {stages}{note}")
+              f"{rate}  {stages}{note}")
     last = df.iloc[-1]
     print(f"CVA = {last['cva']:.6g} +- {last['stderr']:.3g}; {last['systems']} regression systems, "
           f"method mix {a['method_mix']}")
     if args.json is not None:
-        document = {"config": str(args.config), **a, "cpu": platform.processor() or platform.machine(),
+        document = {"config": str(args.config), "date": datetime.datetime.now().isoformat(timespec="seconds"), **a,
+                    "cpu": platform.processor() or platform.machine(),
                     "runs": json.loads(df.to_json(orient="records"))}
         _write_json(args.json, document)
     return EXIT_OK
