@@ -32,24 +32,22 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def _paths(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text!r}") from None
-    if n < 2:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {n}")
-    return n
+def _integer_at_least(low: int):
+    """An argparse type: an integer >= ``low``, else a one-line error."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {n}")
+        return n
+
+    return parse
 
 
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {n}")
-    return n
+_paths, _count = _integer_at_least(2), _integer_at_least(1)
 
 
 def _build_parser() -> _Parser:
