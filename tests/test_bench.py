@@ -86,10 +86,17 @@ def test_cli_bench_mistakes_exit_2(extra, word, capsys):
     assert len(err.strip().splitlines()) == 1 and word in err and "Traceback" not in err
 
 
-def test_cli_bench_needs_a_counterparty(tmp_path, capsys):
+def _one_call(tmp_path, more=""):
+    """A config of one European call on one asset (closed form along the paths), with ``more`` YAML."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("market: {spot: 100, vol: 0.2}\n"
-                   "portfolio: [{style: european, payoff: call, underlying: {asset: 0}, strike: 100, maturity: 1}]\n")
+                   "portfolio: [{style: european, payoff: call, underlying: {asset: 0}, strike: 100, maturity: 1}]\n"
+                   + more)
+    return cfg
+
+
+def test_cli_bench_needs_a_counterparty(tmp_path, capsys):
+    cfg = _one_call(tmp_path)
     assert main(["bench", str(cfg), "--backend", "cpu"]) == 2
     _, err = capsys.readouterr()
     assert len(err.strip().splitlines()) == 1 and "counterparty" in err
@@ -97,11 +104,8 @@ def test_cli_bench_needs_a_counterparty(tmp_path, capsys):
 
 def test_cli_bench_without_regressions(tmp_path, capsys):
     """A netting set of one-asset Europeans (closed form): no regression, no solver rate."""
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("market: {spot: 100, vol: 0.2}\n"
-                   "portfolio: [{style: european, payoff: call, underlying: {asset: 0}, strike: 100, maturity: 1}]\n"
-                   "counterparty: {recovery: 0.4, hazard_rate: 0.02}\n"
-                   "simulation: {dates: 4, outer_paths: 64, inner_paths: 8}\n")
+    cfg = _one_call(tmp_path, "counterparty: {recovery: 0.4, hazard_rate: 0.02}\n"
+                              "simulation: {dates: 4, outer_paths: 64, inner_paths: 8}\n")
     assert main(["bench", str(cfg), "--backend", "cpu", "--repeat", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[2].split()[4] == "-" and " 0 regression systems" in lines[3]

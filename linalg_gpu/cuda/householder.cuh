@@ -593,9 +593,9 @@ __device__ __forceinline__ void residual_row(const T* Ws, const T* Ag, const T* 
 // (rolled_tridiagonalize_rows, R = 1, Group<N>::W lanes per system, no right-hand side), u and q
 // broadcast by 16-byte loads from tmp (2 VL long). The lane reads row and column i of the staged
 // copy W once: they give the screening and the row of the matrix defined by the lower triangle; a
-// system whose input is not finite is reduced as zero. On exit, as tridiagonalize(): d, e, beta, u_r in column r of W
-// above the diagonal; the lower triangle of W is the input. bi: the nrhs right-hand sides of row i.
-// Returns whether the input is finite.
+// system whose input is not finite is reduced as zero. On exit, as tridiagonalize(): d, e, beta,
+// u_r in column r of W above the diagonal; the lower triangle of W is the input. bi: the nrhs
+// right-hand sides of row i. Returns whether the input is finite.
 // Unrolled (until session 19), the reduction was 5.6k of the 13.2k instructions of
 // eigh_small<float, 32>, straight code run once per system, and "no instruction" (instruction cache
 // misses) was 44 % of the kernel's stall samples; float64 N = 32: 16.8k instructions, 58 %. With the

@@ -308,7 +308,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         // kernel, 2^17 systems, H100: float32 N = 32 8.80 against 8.95 ms, float64 N = 24 11.7 against
         // 12.6); above, float64 N = 64 took 233 against 225 ms with two.
         if (in) {
-            if constexpr (N <= 32) {                            // two bounds: less code (below)
+            if constexpr (N <= 32) {                            // two bounds: less code
                 if (mmax <= 8) merge_row<T, S, (N < 8 ? N : 8)>(s, st, j, m, K);
                 else merge_row<T, S, N>(s, st, j, m, K);
             } else {
