@@ -83,8 +83,9 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     memory : linalg_gpu.SolverMemory, optional
         The paper's solver memory; its key per date is ``keys[j]`` (default: the date itself).
     timings : dict, optional
-        Accumulates seconds per stage ("assembly": basis and normal equations, "solve",
-        "exercise"), synchronizing the device between stages (for benchmarks and reports).
+        Accumulates seconds per stage ("assembly": basis and normal equations, "conditions": the
+        condition sample, "solve", "exercise"), synchronizing the device between stages (for
+        benchmarks and reports).
     condition_sample : int, default 0
         Per date, the 2-norm condition numbers of the first this many regression matrices are
         computed (eigenvalues by LAPACK / cuSOLVER) into ``result.conditions`` (paper 001, Fig. 2).
@@ -111,6 +112,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         if condition_sample:
             w = xp.linalg.eigvalsh(A[:condition_sample])                           # (k, p) ascending
             conditions[j] = _host(xp.abs(w[:, -1]) / xp.abs(w[:, 0]))
+            clock("conditions")
         kw = {"memory": memory, "key": keys[j]} if memory is not None else {}
         beta, reports[j] = lg.solve_small(A, b, return_report=True, assume_symmetric=True, **solver, **kw)
         clock("solve")

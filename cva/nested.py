@@ -42,7 +42,8 @@ from cva.model import BlackScholes
 from cva.products import Contract
 from linalg_gpu._backend import to_host as _host
 
-STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "solve", "exercise", "statistics", "io")
+STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions", "solve", "exercise", "statistics",
+          "io")
 COND_SAMPLE = 256          # regression matrices per (contract, date) of the first chunk whose condition number is
                            # computed (cuSOLVER's syevj on 256 matrices per call was ~40% of the assembly stage when
                            # done in every chunk of bench_cva on an H100)

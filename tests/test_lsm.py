@@ -3,6 +3,7 @@ put (Longstaff & Schwartz 2001, Table 1 cases), Andersen & Broadie's 5-asset max
 per-set least squares by LAPACK for the batched regressions."""
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -124,3 +125,28 @@ def test_float32_matches_float64(rng):
     r32, _, _ = lsm_price(model, put, z.astype(np.float32), name="linear")
     assert r32.value.dtype == np.float32
     assert abs(float(r32.value[0]) - float(r64.value[0])) < 3 * float(r64.stderr[0])
+
+
+def test_condition_sample_is_timed_apart_from_the_solve(rng, monkeypatch):
+    """The condition numbers (eigenvalues of the first regression matrices) are booked in the
+    "conditions" stage, not in "solve": a slowed eigvalsh shows there and only there."""
+    model = BlackScholes(spot=[36.0], vol=0.2, dividend=0.0, rate=0.06, correlation=0.0)
+    put = Contract(style="bermudan", payoff="put", underlying="asset", asset=0, strike=40.0, maturity=1.0,
+                   n_exercise=4)
+    times = put.exercise_times()
+    S = model.paths(model.spot, np.concatenate([[0.0], times]), rng.standard_normal((2000, 4, 1)))
+    S = S.reshape(8, 250, *S.shape[1:])                                            # 8 regression sets
+    psi = basis.make_basis("linear", model.spot)
+    eigvalsh, pause = np.linalg.eigvalsh, 0.05
+
+    def slow_eigvalsh(a):
+        time.sleep(pause)
+        return eigvalsh(a)
+
+    monkeypatch.setattr(np.linalg, "eigvalsh", slow_eigvalsh)
+    timings = {}
+    res = longstaff_schwartz(S, times, put.payoff_value, psi, model.rate, timings=timings, condition_sample=8)
+    dates = len(times) - 1
+    assert all(c.shape == (8,) for c in res.conditions)
+    assert timings["conditions"] >= dates * pause
+    assert timings["solve"] < pause and timings["assembly"] < pause
