@@ -137,7 +137,7 @@ def test_condition_sample_is_timed_apart_from_the_solve(rng, monkeypatch):
     S = model.paths(model.spot, np.concatenate([[0.0], times]), rng.standard_normal((2000, 4, 1)))
     S = S.reshape(8, 250, *S.shape[1:])                                            # 8 regression sets
     psi = basis.make_basis("linear", model.spot)
-    eigvalsh, pause = np.linalg.eigvalsh, 0.05
+    eigvalsh, pause = np.linalg.eigvalsh, 0.2
 
     def slow_eigvalsh(a):
         time.sleep(pause)
@@ -149,4 +149,4 @@ def test_condition_sample_is_timed_apart_from_the_solve(rng, monkeypatch):
     dates = len(times) - 1
     assert all(c.shape == (8,) for c in res.conditions)
     assert timings["conditions"] >= dates * pause
-    assert timings["solve"] < pause and timings["assembly"] < pause
+    assert timings["solve"] < dates * pause / 2 and timings["assembly"] < dates * pause / 2
