@@ -1,16 +1,20 @@
-// The per-system bookkeeping of solve_small after its first stage (small/robust.py,
-// first_stage_flags is the numpy twin), fused into one pass: one launch and a 4-byte transfer
-// instead of about twenty elementwise kernels and reductions (0.3-0.6 ms per call at 2^20 systems,
-// measured on the H100 before this kernel).
+// The per-system bookkeeping of solve_small (small/robust.py; numpy twins: first_stage_flags and
+// scatter_stage there), fused into one pass each: one launch (and a 4-byte transfer) instead of about
+// twenty elementwise kernels, reductions and boolean-mask assignments (0.3-0.6 ms per call at 2^20
+// systems, measured on the H100 before the first kernel; CuPy's x[~ok] = nan alone took 0.19 ms of
+// host time at 2048 systems).
+// first_stage_flags, after the first stage:
 //   breakdown = LDL^T failed on finite input (only when the stage is LDL^T)
-//   ok       &= the input is finite
+//   ok       &= the input is finite, and x = NaN where not ok (nr = n r entries per system)
+//   non-finite input: method code 3 ("none"), residual and condition estimate NaN
 //   redo      = finite input and (not ok, or residual > rtol, or sent on by a per-system memory)
 //   any      |= 1 non-finite input, 2 |A - A^T| > asym_max max|A| on finite input, 4 not ok, 8 redo
 #include "common.cuh"
 
 template <typename T>
-__global__ void first_stage_flags(bool* __restrict__ ok, const bool* __restrict__ nonfinite,
-                                  const T* __restrict__ resid, const T* __restrict__ asym,
+__global__ void first_stage_flags(T* __restrict__ x, int nr, signed char* __restrict__ codes, T* __restrict__ resid,
+                                  T* __restrict__ cond, bool* __restrict__ ok, const bool* __restrict__ nonfinite,
+                                  const T* __restrict__ asym,
                                   const signed char* __restrict__ start_codes, int use_codes, T rtol,
                                   T asym_max, int ldlt, bool* __restrict__ breakdown, bool* __restrict__ redo,
                                   unsigned int* __restrict__ any, long long batch)
@@ -22,6 +26,12 @@ __global__ void first_stage_flags(bool* __restrict__ ok, const bool* __restrict_
         const bool later = use_codes && start_codes[s] > 0;
         const bool re = !nf && (!(good && resid[s] <= rtol) || later);
         ok[s] = good;
+        if (!good) for (int k = 0; k < nr; ++k) x[s * nr + k] = T(NAN);
+        if (nf) {
+            codes[s] = 3;
+            resid[s] = T(NAN);
+            cond[s] = T(NAN);
+        }
         breakdown[s] = ldlt && !ok0 && !nf;
         redo[s] = re;
         bits |= (nf ? 1u : 0u) | (!nf && asym[s] > asym_max ? 2u : 0u) | (good ? 0u : 4u) | (re ? 8u : 0u);
@@ -45,4 +55,29 @@ __global__ void screening_flags(const bool* __restrict__ nonfinite, const T* __r
     }
     bits = __reduce_or_sync(0xffffffffu, bits);
     if ((threadIdx.x & 31) == 0 && bits) atomicOr(any, bits);
+}
+
+// scatter_stage, after a later stage of solve_small run on gathered systems: its results at rows
+// idx[count + k] (k < count) go to the systems idx[k] of the batch, x as NaN where the stage's ok is
+// false, and their method code becomes `code`. One thread per entry of x (nr per system); the first
+// of a system also moves its scalars.
+template <typename T>
+__global__ void scatter_stage(const long long* __restrict__ idx, long long count, int nr, const T* __restrict__ xs,
+                              const T* __restrict__ cs, const int* __restrict__ nds, const bool* __restrict__ oks,
+                              const T* __restrict__ rs, signed char code, T* __restrict__ x, signed char* __restrict__ codes,
+                              T* __restrict__ resid, T* __restrict__ cond, int* __restrict__ ndisc, bool* __restrict__ ok)
+{
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < count * nr;
+         t += (long long)gridDim.x * blockDim.x) {
+        const long long k = t / nr, s = idx[k], r = idx[count + k];
+        const int e = (int)(t % nr);
+        x[s * nr + e] = oks[r] ? xs[r * nr + e] : T(NAN);
+        if (e == 0) {
+            codes[s] = code;
+            resid[s] = rs[r];
+            cond[s] = cs[r];
+            ndisc[s] = nds[r];
+            ok[s] = oks[r];
+        }
+    }
 }

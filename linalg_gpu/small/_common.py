@@ -82,12 +82,15 @@ def host_any(flags) -> bool:
     return host_anys(flags)[0]
 
 
-def host_flatnonzero(xp, mask):
-    """``xp.flatnonzero(mask)``, computed on the host for batches up to ``HOST_FLAGS_MAX`` (see
-    :func:`host_anys`), returned in ``xp``."""
+def host_indices(mask) -> np.ndarray:
+    """``numpy.flatnonzero(mask)`` of a numpy or cupy mask, on the host: a cupy mask of up to
+    ``HOST_FLAGS_MAX`` systems is copied (one byte per system, see :func:`host_anys`), a larger one
+    reduced to its indices on the device first."""
     if hasattr(mask, "get") and mask.size > HOST_FLAGS_MAX:
-        return xp.flatnonzero(mask)
-    return xp.asarray(np.flatnonzero(to_host(mask)))
+        import cupy as cp
+
+        return cp.flatnonzero(mask).get()
+    return np.flatnonzero(to_host(mask))
 
 
 def screening_flags(nonfinite, asym, asym_max):

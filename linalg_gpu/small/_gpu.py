@@ -103,11 +103,17 @@ def _systems_per_block(n, per_system_bytes, regs, device_id):
     return min((spb for spb, k in resident.items() if k == most), key=lambda spb: (-busy[spb], spb))
 
 
+_SPB = {}           # (id(kernel), n, bytes per system) -> _systems_per_block (a kernel is per device)
+
+
 def _launch(fn, B, n, per_system_bytes, args_fn):
-    """Launch an eigen kernel with _systems_per_block systems per block."""
+    """Launch an eigen kernel with _systems_per_block systems per block (chosen once per kernel)."""
     import cupy as cp
 
-    spb = _systems_per_block(n, per_system_bytes, fn.num_regs, cp.cuda.Device().id)
+    key = (id(fn), n, per_system_bytes)
+    spb = _SPB.get(key)
+    if spb is None:                                              # (tens of microseconds of host time)
+        spb = _SPB[key] = _systems_per_block(n, per_system_bytes, fn.num_regs, cp.cuda.Device().id)
     shmem = spb * per_system_bytes
     _prefer_shared(fn, shmem)
     grid = (B + spb - 1) // spb
@@ -332,12 +338,13 @@ def eigh_small(A):
     return w, V, nonfinite, asym
 
 
-def first_stage_flags(ok, nonfinite, residual, asym, start_codes, rtol, asym_max, ldlt):
+def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt):
     """cuda/solve_flags.cu: breakdown, redo and the four "any" flags (non-finite input, asymmetric
-    input, failed, redo) of solve_small's first stage, ``ok`` updated in place; numpy twin:
-    ``robust.first_stage_flags``."""
+    input, failed, redo) of solve_small's first stage, its outputs ``out`` = (x, code, residual, cond,
+    ok) finished in place; numpy twin: ``robust.first_stage_flags``."""
     import cupy as cp
 
+    x, code, residual, cond, ok = out
     B = ok.size
     breakdown, redo = cp.empty(B, dtype=bool), cp.empty(B, dtype=bool)
     anys = cp.zeros(1, dtype=np.uint32)
@@ -346,10 +353,28 @@ def first_stage_flags(ok, nonfinite, residual, asym, start_codes, rtol, asym_max
     fn = get_function("solve_flags.cu", "first_stage_flags", residual.dtype)
     if B:
         fn((min((B + 255) // 256, 1024),), (256,),
-           (ok, nonfinite, residual, asym, codes, np.int32(use), residual.dtype.type(rtol),
-            residual.dtype.type(asym_max), np.int32(ldlt), breakdown, redo, anys, np.int64(B)))
+           (x, np.int32(x.size // B), code, residual, cond, ok, nonfinite, asym, codes, np.int32(use),
+            residual.dtype.type(rtol), residual.dtype.type(asym_max), np.int32(ldlt), breakdown, redo, anys,
+            np.int64(B)))
     bits = int(anys.get()[0])
     return breakdown, redo, tuple(bool(bits & f) for f in (1, 2, 4, 8))
+
+
+def scatter_stage(out, sel, rows, stage_out, code):
+    """cuda/solve_flags.cu: the results of a later stage of solve_small at ``rows`` (host indices into
+    its outputs) into ``out`` = (x, code, residual, cond, n_discarded, ok) at the systems ``sel`` (host
+    indices), in one launch; numpy twin: ``robust.scatter_stage``."""
+    import cupy as cp
+
+    x, codes, resid, cond, ndisc, ok = out
+    xs, cs, nds, oks, rs = stage_out
+    count, nr = len(sel), x.size // max(x.shape[0], 1)
+    if not count:
+        return
+    idx = cp.asarray(np.concatenate([sel, rows]).astype(np.int64))              # one transfer
+    fn = get_function("solve_flags.cu", "scatter_stage", x.dtype)
+    fn((min((count * nr + 255) // 256, 1024),), (256,),
+       (idx, np.int64(count), np.int32(nr), xs, cs, nds, oks, rs, np.int8(code), x, codes, resid, cond, ndisc, ok))
 
 
 def screening_flags(nonfinite, asym, asym_max):

@@ -33,6 +33,12 @@ STAGES = ("ldlt", "householder_pcr", "eig_truncate")
 _NAMES = np.array(STAGES + ("none",))          # code 3: the input of that system was not finite
 
 
+def _counts(codes):
+    """{method name: number of systems} from host method codes."""
+    found = np.bincount(np.asarray(codes, dtype=np.intp).ravel(), minlength=len(_NAMES))
+    return {str(nm): int(c) for nm, c in zip(_NAMES, found, strict=True)}
+
+
 @dataclass
 class SolverReport:
     """Per-system outcome of :func:`solve_small`; arrays have the batch shape of A.
@@ -75,8 +81,7 @@ class SolverReport:
 
     def counts(self):
         """Number of systems per method, e.g. {"ldlt": 990, "householder_pcr": 8, ...}."""
-        codes = _host(self.method_code).ravel()
-        return {str(nm): int((codes == i).sum()) for i, nm in enumerate(_NAMES)}
+        return _counts(_host(self.method_code))
 
     def __repr__(self):
         res = _host(self.residual)
@@ -131,33 +136,20 @@ class SolverMemory:
         return "ldlt"
 
     def record(self, key, report):
-        """Remember what the systems of ``report`` needed under ``key``."""
+        """Remember what the systems of ``report`` needed under ``key`` (on the host: the codes and the
+        discarded counts come over once; a per-system memory keeps its codes as a numpy array)."""
         code = _host(report.method_code).ravel()
         nd = _host(report.n_discarded).ravel()
-        valid = code < 3
         eig = code == 2
-        if report.start_method == "eig_truncate":
-            needed_eig = eig & (nd > 0)
-        else:
-            needed_eig = eig
+        needed_eig = eig & (nd > 0) if report.start_method == "eig_truncate" else eig
         needed_fb = needed_eig | (code == 1)
-        if self.per_system:
-            xp = get_array_module(report.method_code)
-            start = report.start_codes if report.start_codes is not None else None
-            c = report.method_code.ravel()
-            nd_d = report.n_discarded.ravel()
-            if start is not None:
-                need_eig = (c == 2) & ((start.ravel() < 2) | (nd_d > 0))
-            else:
-                need_eig = c == 2
-            codes = xp.where(need_eig, 2, xp.where(c == 1, 1, 0)).astype(np.int8)
-            self._last[key] = {"start_codes": codes, "systems": int(valid.sum()), "needed_eig": int(needed_eig.sum()),
-                               "needed_fallback": int(needed_fb.sum()), "start": report.start_method,
-                               "counts": report.counts()}
-            return
-        self._last[key] = {"systems": int(valid.sum()), "needed_eig": int(needed_eig.sum()),
-                           "needed_fallback": int(needed_fb.sum()), "start": report.start_method,
-                           "counts": report.counts()}
+        rec = {"systems": int((code < 3).sum()), "needed_eig": int(needed_eig.sum()),
+               "needed_fallback": int(needed_fb.sum()), "start": report.start_method, "counts": _counts(code)}
+        if self.per_system:                                  # a system started on the eigen-solve needed it
+            start = report.start_codes                       # only if it discarded eigenvalues
+            need = eig & ((start < 2) | (nd > 0)) if start is not None else eig
+            rec["start_codes"] = np.where(need, 2, np.where(code == 1, 1, 0)).astype(np.int8)
+        self._last[key] = rec
 
     def summary(self):
         """{key: {"start": first stage used last time, "next": next start, "counts": ...}}."""
@@ -274,22 +266,65 @@ def _run_stage(stage_fn, A, b, n, symmetrize, screen):
     return C.map_chunks(block, (A, b), n, nbytes=2**23 if stage_fn is _ldlt_stage else 2**22)
 
 
-def first_stage_flags(ok, nonfinite, residual, asym, start_codes, rtol, asym_max, ldlt):
+def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt):
     """The bookkeeping of solve_small after its first stage (numpy twin of cuda/solve_flags.cu).
 
     Returns breakdown (LDL^T failed on finite input), redo (finite input that needs a later
     stage: not ok, residual > rtol, or a per-system memory's start code > 0) and the "any" flags
-    (non-finite input, |A - A^T| > asym_max max|A| on finite input, not ok, redo); ``ok`` is
-    and-ed with the finiteness of the input in place.
+    (non-finite input, |A - A^T| > asym_max max|A| on finite input, not ok, redo). The stage's
+    outputs ``out`` = (x (B, n, r), code, residual, cond, ok) are finished in place: ``ok`` and-ed
+    with the finiteness of the input, x NaN where not ok, and for non-finite input code 3 ("none")
+    with NaN residual and condition estimate.
     """
+    x, code, residual, cond, ok = out
     breakdown = ~ok & ~nonfinite if ldlt else np.zeros_like(ok)
     ok &= ~nonfinite
+    x[~ok] = np.nan
     redo = ~(ok & (residual <= rtol))
     if start_codes is not None:
         redo |= np.asarray(start_codes).ravel() > 0
     redo &= ~nonfinite
     anys = (nonfinite.any(), (~nonfinite & (asym > asym_max)).any(), (~ok).any(), redo.any())
+    code[nonfinite] = 3
+    residual[nonfinite] = np.nan
+    cond[nonfinite] = np.nan
     return breakdown, redo, tuple(bool(a) for a in anys)
+
+
+def scatter_stage(out, sel, rows, stage_out, code):
+    """The results of a later stage at ``rows`` of its outputs into ``out`` = (x, code, residual, cond,
+    n_discarded, ok) at the systems ``sel`` (x NaN where the stage's ok is false); numpy twin of
+    cuda/solve_flags.cu scatter_stage."""
+    x, codes, resid, cond, ndisc, ok = out
+    xs, cs, nds, oks, rs = stage_out
+    x[sel] = np.where(oks[rows, None, None], xs[rows], np.nan)
+    codes[sel] = code
+    resid[sel], cond[sel], ndisc[sel], ok[sel] = rs[rows], cs[rows], nds[rows], oks[rows]
+
+
+def _later_stages(xp, stages, Af, bf, symmetrize, cond_max, rtol, todo, start_codes, out):
+    """Stages 2 and 3 of ``auto`` on the systems ``todo`` (host indices) that the first one did not
+    solve, gathered (compacted) into a batch per stage; a stage's results where its ok holds and its
+    residual is <= rtol (the last stage: all) are scattered into ``out``, the rest go on. With
+    per-system ``start_codes`` a system waits for the stage its code names. The index bookkeeping is on
+    the host: one transfer of the accept flags per stage but the last, none per system."""
+    wait = start_codes[todo] if start_codes is not None else np.zeros(todo.size, np.int8)
+    stage_of = _gpu.scatter_stage if xp is not np else scatter_stage
+    n = Af.shape[-1]
+    for stage in stages[1:]:
+        code = STAGES.index(stage)
+        now = wait <= code
+        run, todo, wait = todo[now], todo[~now], wait[~now]
+        if run.size == 0:
+            continue
+        at = xp.asarray(run)
+        res = _stage(xp, stage, cond_max)(Af[at], bf[at], n, symmetrize, False)
+        if stage == stages[-1]:
+            accept = np.ones(run.size, dtype=bool)
+        else:
+            accept = to_host(res[3]) & (to_host(res[4]) <= rtol)
+        stage_of(out, run[accept], np.flatnonzero(accept), res, code)
+        todo, wait = np.concatenate([todo, run[~accept]]), np.concatenate([wait, np.zeros((~accept).sum(), np.int8)])
 
 
 def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,
@@ -384,33 +419,12 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     # memory, systems that needed a later stage last time go straight to it
     flags = first_stage_flags if xp is np else _gpu.first_stage_flags
     breakdown, redo, (any_nonfinite, any_asym, any_failed, any_redo) = flags(
-        ok, nonfinite, residual, asym, start_codes, rtol, C.SYMMETRY_RTOL * np.finfo(dt).eps, stages[0] == "ldlt")
+        (x, code, residual, cond, ok), nonfinite, asym, start_codes, rtol, C.SYMMETRY_RTOL * np.finfo(dt).eps,
+        stages[0] == "ldlt")
     C.raise_for_flags(A, [A, b], ["A", "b"], check_finite and any_nonfinite, not assume_symmetric and any_asym)
-    if any_failed:
-        x[~ok] = np.nan
-    todo = C.host_flatnonzero(xp, redo) if len(stages) > 1 and any_redo else None
-    for i, stage in enumerate(stages[1:], start=1):
-        if todo is None or todo.size == 0:
-            break
-        if start_codes is not None:                                  # held back until their own stage
-            later = xp.asarray(start_codes).ravel()[todo] > i
-            waiting, todo = todo[later], todo[~later]
-        else:
-            waiting = xp.arange(0)
-        if todo.size == 0:
-            todo = waiting
-            continue
-        xs, cs, nds, oks, rs = _stage(xp, stage, cond_max)(Af[todo], bf[todo], n, assume_symmetric, False)
-        accept = xp.ones(todo.size, dtype=bool) if i == len(stages) - 1 else oks & (rs <= rtol)
-        sel = todo[accept]
-        x[sel] = xp.where(oks[accept, None, None], xs[accept], np.nan)
-        code[sel] = STAGES.index(stage)
-        residual[sel], cond[sel], n_disc[sel], ok[sel] = rs[accept], cs[accept], nds[accept], oks[accept]
-        todo = xp.concatenate([todo[~accept], waiting])
-    if any_nonfinite:
-        code[nonfinite] = 3
-        residual[nonfinite] = np.nan
-        cond[nonfinite] = np.nan
+    if len(stages) > 1 and any_redo:
+        _later_stages(xp, stages, Af, bf, assume_symmetric, cond_max, rtol, C.host_indices(redo), start_codes,
+                      (x, code, residual, cond, n_disc, ok))
 
     def shaped(a):                                                    # (a view costs host time)
         return a if a.shape == batch else a.reshape(batch)
@@ -424,7 +438,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     x = x if x.shape == shape else x.reshape(shape)                   # (one view: cheaper than x[..., 0])
     if return_report:
         return x, report
-    if C.host_any(~ok):
+    if (any_failed or any_redo) and C.host_any(~ok):                  # (else every system is ok)
         bad = _host(~ok)
         why = ("non-finite input" if _host(nonfinite)[bad].all()
                else f"{method} failed (breakdown or zero pivot)")

@@ -379,6 +379,88 @@ def test_screening_flags_match_numpy_twin(rng, B, dtype):
     assert seen >= {(False, False), (True, False), (False, True)}
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B, nr", [(1, 1), (1000, 3), (300_001, 2)])
+@pytest.mark.parametrize("codes", [False, True])
+def test_first_stage_flags_match_numpy_twin(rng, B, nr, dtype, codes):
+    """cuda/solve_flags.cu first_stage_flags against its twin robust.first_stage_flags on random flags:
+    breakdown, redo, the four "any" flags and the outputs it finishes in place (x NaN where not ok; code
+    3, NaN residual and condition estimate on non-finite input), with and without per-system start
+    codes; at B = 300 001 the grid-stride loop goes round more than once."""
+    from linalg_gpu.small import _gpu, robust
+
+    rtol, thr = 1e-6, 1e-3
+    for ldlt in (True, False):
+        x = rng.standard_normal((B, nr, 1)).astype(dtype)                # nr entries per system
+        code = np.zeros(B, np.int8)
+        resid = (rtol * rng.uniform(0, 2, B)).astype(dtype)
+        cond = rng.uniform(1, 10, B).astype(dtype)
+        ok = rng.random(B) < 0.9
+        nonfinite = rng.random(B) < 0.05
+        asym = (thr * rng.uniform(0, 1.2, B)).astype(dtype)
+        start = rng.integers(0, 3, B).astype(np.int8) if codes else None
+        dev = [cp.asarray(a) for a in (x, code, resid, cond, ok)]
+        got = _gpu.first_stage_flags(dev, cp.asarray(nonfinite), cp.asarray(asym), start, rtol, thr, ldlt)
+        want = robust.first_stage_flags((x, code, resid, cond, ok), nonfinite, asym, start, rtol, thr, ldlt)
+        assert got[2] == want[2]
+        for g, w in zip(got[:2], want[:2], strict=True):
+            np.testing.assert_array_equal(g.get(), w)
+        for g, w in zip(dev, (x, code, resid, cond, ok), strict=True):
+            np.testing.assert_array_equal(g.get(), w)          # (NaN in the same places)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [0, 1, 37, 5000])
+def test_scatter_stage_matches_numpy_twin(rng, count, dtype):
+    """cuda/solve_flags.cu scatter_stage against its twin robust.scatter_stage: a later stage's results at
+    random rows into random systems of the batch, x NaN where the stage's ok is false."""
+    from linalg_gpu.small import _gpu, robust
+
+    B, m, n, r = 20_000, 6000, 5, 2
+    out = (rng.standard_normal((B, n, r)).astype(dtype), rng.integers(0, 2, B).astype(np.int8),
+           rng.random(B).astype(dtype), rng.random(B).astype(dtype), rng.integers(0, 3, B).astype(np.int32),
+           rng.random(B) < 0.5)
+    res = (rng.standard_normal((m, n, r)).astype(dtype), rng.random(m).astype(dtype),
+           rng.integers(0, 5, m).astype(np.int32), rng.random(m) < 0.8, rng.random(m).astype(dtype))
+    sel, rows = rng.choice(B, count, replace=False), rng.choice(m, count, replace=False)
+    dev = [cp.asarray(a) for a in out]
+    _gpu.scatter_stage(dev, sel, rows, [cp.asarray(a) for a in res], 2)
+    robust.scatter_stage(out, sel, rows, res, 2)
+    for g, w in zip(dev, out, strict=True):
+        np.testing.assert_array_equal(g.get(), w)
+
+
+def test_per_system_memory_on_gpu_matches_cpu_and_composition(rng):
+    """SolverMemory(per_system=True) on the GPU (as the nested CVA engine uses it): the codes it keeps are
+    host arrays, a system's start and result depend only on its own history (two halves with two
+    memories give what one memory gives for the whole batch), and the well-conditioned half is solved
+    by LDL^T and starts there next time, as on the CPU, while the half of rank 3 needs a fallback on both.
+    (Which fallback accepts a singular system depends on rounding: a huge x from Householder + PCR can
+    have a small relative residual.)"""
+    n, B = 6, 400
+    X = rng.standard_normal((B, n, 3))
+    A = X @ X.transpose(0, 2, 1)
+    A[::2] += np.eye(n) * 5
+    b = rng.standard_normal((B, n))
+    Ad, bd = cp.asarray(A), cp.asarray(b)
+    whole, cpu = lg.SolverMemory(per_system=True), lg.SolverMemory(per_system=True)
+    halves = [lg.SolverMemory(per_system=True), lg.SolverMemory(per_system=True)]
+    for _ in range(3):
+        xw, rw = lg.solve_small(Ad, bd, return_report=True, memory=whole, key="k")
+        parts = [lg.solve_small(Ad[s], bd[s], return_report=True, memory=m, key="k")
+                 for s, m in zip((slice(0, 150), slice(150, B)), halves, strict=True)]
+        np.testing.assert_array_equal(xw.get(), np.concatenate([p[0].get() for p in parts]))
+        np.testing.assert_array_equal(rw.method_code.get(), np.concatenate([p[1].method_code.get() for p in parts]))
+        xc, rc = lg.solve_small(A, b, return_report=True, memory=cpu, key="k")
+        for r in (rw, rc):
+            assert (r.method[::2] == "ldlt").all() and (r.method[1::2] != "ldlt").all()
+        assert np.abs(xw.get() - xc)[::2].max() <= 1e-10 * np.abs(xc[::2]).max()
+        assert bool(rw.ok.all()) and (rw.residual.get()[::2] <= rw.rtol).all()
+    for codes in (whole.start_method("k"), cpu.start_method("k")):
+        assert isinstance(codes, np.ndarray) and codes.dtype == np.int8
+        assert np.all(codes[::2] == 0) and np.all(codes[1::2] >= 1)
+
+
 @pytest.mark.parametrize("method", ["ldlt", "householder_pcr", "eig_truncate"])
 def test_input_layouts_match_contiguous_call(rng, method):
     """Views, Fortran order and mixed dtypes reach the kernels as C-contiguous batches (they read raw
