@@ -95,6 +95,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     LSMResult
     """
     xp, times = _check(S, times, t0)
+    clock = StageClock(xp, timings)
     B, M, N, _ = S.shape
     solver = dict(solver or {})
     keys = list(times) if keys is None else list(keys)
@@ -102,7 +103,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     exercised = np.zeros(N)
     exercised[N - 1] = float((V > 0).mean())
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
-    clock = StageClock(xp, timings)
+    clock("exercise")                                                              # (the payoff at maturity)
     for j in range(N - 2, -1, -1):
         V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
         h = payoff_fn(S[:, :, j])                                                   # (B, M)
@@ -123,8 +124,10 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         coefficients[j] = beta
         clock("exercise")
     V = V * S.dtype.type(np.exp(-rate * (times[0] - t0)))                          # (B, M) at t0
-    return LSMResult(value=V.mean(axis=1), stderr=V.std(axis=1, ddof=1) / np.sqrt(M), cashflow=V,
-                     coefficients=coefficients, reports=reports, conditions=conditions, exercised=exercised)
+    value, stderr = V.mean(axis=1), V.std(axis=1, ddof=1) / np.sqrt(M)
+    clock("exercise")
+    return LSMResult(value=value, stderr=stderr, cashflow=V, coefficients=coefficients, reports=reports,
+                     conditions=conditions, exercised=exercised)
 
 
 class StageClock:

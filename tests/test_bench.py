@@ -41,6 +41,7 @@ def test_bench_runs_are_the_nested_cva(tmp_path):
     stages = df[[f"{s}_seconds" for s in STAGES]]
     assert (stages.to_numpy() >= 0).all()
     assert (stages.sum(axis=1) <= df["engine_seconds"] * (1 + 1e-9)).all()           # the stages are inside
+    assert (stages.sum(axis=1) >= 0.98 * df["engine_seconds"]).all()                  # and cover the engine
     assert (df["engine_seconds"] <= df["seconds"]).all()                             # the engine, inside the run
     np.testing.assert_allclose(df["outer_paths_per_s"], OUTER / df["engine_seconds"], rtol=1e-12)
     np.testing.assert_allclose(df["solve_systems_per_s"], df["systems"] / df["solve_seconds"], rtol=1e-12)
