@@ -303,13 +303,13 @@ def scatter_stage(out, sel, rows, stage_out, code):
 
 
 def _later_stages(xp, stages, Af, bf, symmetrize, cond_max, rtol, todo, start_codes, out):
-    """Stages 2 and 3 of ``auto`` on the systems ``todo`` (host indices) that the first one did not
+    """The stages of ``auto`` after the first, on the systems ``todo`` (host indices) that it did not
     solve, gathered (compacted) into a batch per stage; a stage's results where its ok holds and its
     residual is <= rtol (the last stage: all) are scattered into ``out``, the rest go on. With
     per-system ``start_codes`` a system waits for the stage its code names. The index bookkeeping is on
     the host: one transfer of the accept flags per stage but the last, none per system."""
     wait = start_codes[todo] if start_codes is not None else np.zeros(todo.size, np.int8)
-    stage_of = _gpu.scatter_stage if xp is not np else scatter_stage
+    scatter = _gpu.scatter_stage if xp is not np else scatter_stage
     n = Af.shape[-1]
     for stage in stages[1:]:
         code = STAGES.index(stage)
@@ -323,8 +323,9 @@ def _later_stages(xp, stages, Af, bf, symmetrize, cond_max, rtol, todo, start_co
             accept = np.ones(run.size, dtype=bool)
         else:
             accept = to_host(res[3]) & (to_host(res[4]) <= rtol)
-        stage_of(out, run[accept], np.flatnonzero(accept), res, code)
-        todo, wait = np.concatenate([todo, run[~accept]]), np.concatenate([wait, np.zeros((~accept).sum(), np.int8)])
+        scatter(out, run[accept], np.flatnonzero(accept), res, code)
+        rest = run[~accept]                                          # to the next stage now
+        todo, wait = np.concatenate([todo, rest]), np.concatenate([wait, np.zeros(rest.size, np.int8)])
 
 
 def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,
