@@ -349,7 +349,7 @@ def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt):
     breakdown, redo = cp.empty(B, dtype=bool), cp.empty(B, dtype=bool)
     anys = cp.zeros(1, dtype=np.uint32)
     use = start_codes is not None
-    codes = cp.asarray(start_codes, dtype=np.int8).ravel() if use else redo      # (not read without codes)
+    codes = cp.asarray(start_codes) if use else redo          # int8 (B,) from SolverMemory; not read without
     fn = get_function("solve_flags.cu", "first_stage_flags", residual.dtype)
     if B:
         fn((min((B + 255) // 256, 1024),), (256,),
@@ -368,9 +368,10 @@ def scatter_stage(out, sel, rows, stage_out, code):
 
     x, codes, resid, cond, ndisc, ok = out
     xs, cs, nds, oks, rs = stage_out
-    count, nr = len(sel), x.size // max(x.shape[0], 1)
+    count = len(sel)
     if not count:
         return
+    nr = x.size // x.shape[0]                                                    # n r entries per system
     idx = cp.asarray(np.concatenate([sel, rows]).astype(np.int64))              # one transfer
     fn = get_function("solve_flags.cu", "scatter_stage", x.dtype)
     fn((min((count * nr + 255) // 256, 1024),), (256,),

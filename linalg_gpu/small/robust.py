@@ -282,7 +282,7 @@ def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt):
     x[~ok] = np.nan
     redo = ~(ok & (residual <= rtol))
     if start_codes is not None:
-        redo |= np.asarray(start_codes).ravel() > 0
+        redo |= start_codes > 0
     redo &= ~nonfinite
     anys = (nonfinite.any(), (~nonfinite & (asym > asym_max)).any(), (~ok).any(), redo.any())
     code[nonfinite] = 3
