@@ -6,7 +6,7 @@ import pytest
 cp = pytest.importorskip("cupy")
 
 from cva import basis, rng  # noqa: E402
-from cva.lsm import longstaff_schwartz  # noqa: E402
+from cva.lsm import _normal_equations, longstaff_schwartz  # noqa: E402
 from cva.model import BlackScholes  # noqa: E402
 from cva.products import Contract  # noqa: E402
 
@@ -33,6 +33,33 @@ def test_paths_and_lsm_gpu_match_cpu(dtype):
     # put of test_price_gpu_matches_cpu by 0.08 stderr (one exercise flip changes every earlier regression);
     # the GPU's normals differ by a few ulp, so the prices agree to a fraction of the stderr, not to rounding
     np.testing.assert_allclose(v1, v0, atol=0.3 * se0.max())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(5, 3000, 7), (1, 1 << 16, 5)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_normal_equations_gpu_match_float64_reference(dtype, shape, masked):
+    """The GPU's normal equations (a contiguous copy of X^T into cuBLAS) against float64 sums on the CPU,
+    with a set that has no path in the money (A = I, b = 0)."""
+    B, M, p = shape
+    g = np.random.default_rng()
+    X = g.standard_normal(shape).astype(dtype)
+    V = g.standard_normal((B, M)).astype(dtype)
+    mask = (g.random((B, M)) < 0.6) if masked else None
+    if masked:
+        mask[0] = False
+    A, b = (cp.asnumpy(a) for a in _normal_equations(cp, cp.asarray(X), cp.asarray(V),
+                                                     None if mask is None else cp.asarray(mask)))
+    w = np.ones((B, M)) if mask is None else mask.astype(float)
+    A_ref = np.einsum("bm,bmi,bmj->bij", w, X.astype(float), X.astype(float)) / M
+    b_ref = np.einsum("bm,bmi,bm->bi", w, X.astype(float), V.astype(float)) / M
+    if masked:
+        A_ref[0], b_ref[0] = np.eye(p), 0.0
+    # sums of M products of entries ~1: error ~ sqrt(M) eps relative to the sums' scale (1)
+    tol = 8 * np.sqrt(M) * np.finfo(dtype).eps
+    np.testing.assert_allclose(A, A_ref, atol=tol)
+    np.testing.assert_allclose(b, b_ref, atol=tol)
+    assert A.dtype == dtype and b.dtype == dtype
 
 
 def test_price_gpu_matches_cpu():
