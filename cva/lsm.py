@@ -162,7 +162,7 @@ def _normal_equations(xp, X, V, mask):
         # a contiguous copy of X^T: cuBLAS's batched products are faster with it than with the view
         # (H100, A and b of one date, ms, view -> copy: bench_cva's 3260 x 1024 x 30 float32 2.03 -> 1.27,
         # masked 2.51 -> 1.75, float64 2.74 -> 1.80; bench_lsm's 1 x 2^20 x 21 float32 1.33 -> 0.82, masked
-        # 1.46 -> 0.95, x 5 0.26 -> 0.23; bitwise the same A and b)
+        # 1.46 -> 0.95, x 5 0.26 -> 0.23; bitwise the same A and b at bench_cva's shapes)
         XwT = xp.ascontiguousarray(XwT)
     A = (XwT @ X) / X.dtype.type(M)                                                 # (B, p, p)
     b = (XwT @ V[..., None])[..., 0] / X.dtype.type(M)                             # (B, p)
