@@ -18,6 +18,8 @@ from 26.04 / 25.86 to 26.22 / 26.01 against their 26.15.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from linalg_gpu._backend import get_array_module
@@ -58,11 +60,32 @@ def evaluate(name: str, S, scale, payoff=None, order_statistics=False):
     return xp.concatenate(cols, axis=-1)
 
 
-def make_basis(name: str, scale, payoff_regressor: bool = False, order_statistics: bool = False):
+@dataclass(frozen=True, eq=False)
+class Basis:
     """psi(S, payoff) -> regressors: :func:`evaluate` with its options bound (for :mod:`cva.lsm`)."""
-    scale = np.asarray(scale, dtype=float)
 
-    def psi(S, payoff):
-        return evaluate(name, S, scale, payoff if payoff_regressor else None, order_statistics=order_statistics)
+    name: str
+    scale: np.ndarray
+    payoff_regressor: bool = False
+    order_statistics: bool = False
 
-    return psi
+    def __call__(self, S, payoff):
+        return evaluate(self.name, S, self.scale, payoff if self.payoff_regressor else None,
+                        order_statistics=self.order_statistics)
+
+    @property
+    def affine(self) -> bool:
+        """psi = (1, S / scale[, payoff / mean(scale)]): the LSM's GPU path then takes its normal equations
+        and fitted values from S itself, without forming psi (:mod:`cva.lsm`)."""
+        return self.name == "linear" and not self.order_statistics
+
+    def payoff_scale(self) -> float:
+        """The divisor of the payoff column (the mean of ``scale``)."""
+        return float(np.mean(self.scale))
+
+
+def make_basis(name: str, scale, payoff_regressor: bool = False, order_statistics: bool = False) -> Basis:
+    """The :class:`Basis` ``name`` with its scale and options (its size checked when it is called)."""
+    if name not in BASES:
+        raise ValueError(f"basis must be one of {BASES}, got {name!r}")
+    return Basis(name, np.asarray(scale, dtype=float), payoff_regressor, order_statistics)

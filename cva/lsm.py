@@ -11,7 +11,8 @@ batch of p x p normal equations
 
     A = (1/M) sum_m w_m psi_m psi_m^T,   b = (1/M) sum_m w_m psi_m V_m,   w_m = 1[h(S_m) > 0],
 
-assembled by batched matrix products on the arrays' device and solved by
+assembled by batched matrix products on the arrays' device (for the affine basis on the GPU, from the
+date's slice of S as it lies, without forming psi) and solved by
 :func:`linalg_gpu.solve_small` (method, cond_max, rtol from the config; the solver report of
 each date is kept). Like tf-quant-finance's ``least_square_mc``, the algorithm knows neither
 model nor product: it takes the paths and two functions.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import linalg_gpu as lg
+from linalg_gpu import strided
 from linalg_gpu._backend import get_array_module
 from linalg_gpu._backend import to_host as _host
 
@@ -74,6 +76,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     times : (N,) increasing floats, the exercise dates (absolute times, >= t0).
     payoff_fn : callable, S (..., d) -> exercise value (...).
     basis_fn : callable, (S (..., d), exercise value (...)) -> regressors (..., p).
+        A :class:`cva.basis.Basis` whose ``affine`` is true is used on the GPU without forming the
+        regressors: the normal equations and fitted values come from S's slice by strided products.
     rate : float, the flat continuously compounded rate.
     t0 : float, the valuation time (the start of the paths).
     solver : dict, optional
@@ -104,11 +108,16 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     exercised[N - 1] = float((V > 0).mean())
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
     clock("exercise")                                                              # (the payoff at maturity)
+    affine = xp is not np and getattr(basis_fn, "affine", False)                   # psi from S itself
     for j in range(N - 2, -1, -1):
         V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
         h = payoff_fn(S[:, :, j])                                                   # (B, M)
-        X = basis_fn(S[:, :, j], h)                                                 # (B, M, p)
-        A, b = _normal_equations(xp, X, V, h > 0 if itm_only else None)             # (B, p, p), (B, p)
+        mask = h > 0 if itm_only else None
+        if affine:
+            A, b = _affine_normal_equations(xp, S[:, :, j], basis_fn, h, V, mask)
+        else:
+            X = basis_fn(S[:, :, j], h)                                             # (B, M, p)
+            A, b = _normal_equations(xp, X, V, mask)                                # (B, p, p), (B, p)
         clock("assembly")
         if condition_sample:
             w = xp.linalg.eigvalsh(A[:condition_sample])                           # (k, p) ascending
@@ -117,7 +126,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         kw = {"memory": memory, "key": keys[j]} if memory is not None else {}
         beta, reports[j] = lg.solve_small(A, b, return_report=True, assume_symmetric=True, **solver, **kw)
         clock("solve")
-        C = (X @ beta[..., None])[..., 0]                                           # (B, M) continuation
+        C = _affine_fitted(S[:, :, j], basis_fn, h, beta) if affine else (X @ beta[..., None])[..., 0]  # (B, M)
         ex = (h > 0) & (h >= C)
         exercised[j] = float(ex.mean())
         V = xp.where(ex, h, V)
@@ -166,12 +175,65 @@ def _normal_equations(xp, X, V, mask):
         XwT = xp.ascontiguousarray(XwT)
     A = (XwT @ X) / X.dtype.type(M)                                                 # (B, p, p)
     b = (XwT @ V[..., None])[..., 0] / X.dtype.type(M)                             # (B, p)
+    return _identity_where_empty(xp, A, b, mask)
+
+
+def _identity_where_empty(xp, A, b, mask):
+    """A = I, b = 0 for the sets with no regression path (no path in the money)."""
     if mask is not None:
-        empty = ~mask.any(axis=1)                                                   # (B,) no path in the money
+        empty = ~mask.any(axis=1)                                                   # (B,)
         if bool(_host(empty).any()):                                                # host: no CuPy reduction JIT
-            A = xp.where(empty[:, None, None], xp.eye(p, dtype=A.dtype), A)
+            A = xp.where(empty[:, None, None], xp.eye(A.shape[1], dtype=A.dtype), A)
             b = xp.where(empty[:, None], 0, b)
     return A, b
+
+
+def _affine_normal_equations(xp, S, basis, h, V, mask):
+    """:func:`_normal_equations` of the affine basis psi = (1, S / scale[, h / c]) from the slice S (B, M, d)
+    as it lies, written block by block into A and b: the x block by one strided Gram of S (cuBLAS,
+    :mod:`linalg_gpu.strided`), the rows of F = w (1, [h / c], V) against x by a second, the rest by sums of
+    F over the paths; one common scale (and 1/M) rides in the products' alpha."""
+    B, M, d = S.shape
+    dt = S.dtype.type
+    cols = [h / dt(basis.payoff_scale())] if basis.payoff_regressor else []        # h / c
+    e = 1 + len(cols)                                                              # psi's columns besides x
+    w = None if mask is None else mask.astype(S.dtype)
+    F = xp.empty((B, M, e + 1), dtype=S.dtype)
+    F[..., 0] = 1 if w is None else w
+    for i, c in enumerate([*cols, V], start=1):
+        F[..., i] = c if w is None else w * c
+    inv = 1.0 / np.broadcast_to(basis.scale, (d,))
+    common = bool(np.all(inv == inv[0]))
+    A = xp.empty((B, d + e, d + e), dtype=S.dtype)
+    b = xp.empty((B, d + e), dtype=S.dtype)
+    Axx = A[:, 1:d + 1, 1:d + 1]
+    strided.gram(S if w is None else S * w[..., None], S, alpha=(inv[0] ** 2 if common else 1.0) / M, out=Axx)
+    T = strided.gram(F, S, alpha=(inv[0] if common else 1.0) / M)                 # (B, e + 1, d)
+    if not common:
+        ig = xp.asarray(inv, dtype=S.dtype)
+        Axx *= ig[:, None] * ig
+        T *= ig
+    sums = [F.sum(axis=1)] + [(c[..., None] * F).sum(axis=1) for c in cols]        # E_i^T F, (B, e + 1)
+    pos = [0, *range(d + 1, d + e)]                                                # psi's order: 1, x, h / c
+    for i, r in enumerate(pos):
+        A[:, r, 1:d + 1] = T[:, i]
+        A[:, 1:d + 1, r] = T[:, i]
+        for k, q in enumerate(pos):
+            A[:, r, q] = sums[i][:, k] / dt(M)
+        b[:, r] = sums[i][:, e] / dt(M)
+    b[:, 1:d + 1] = T[:, e]
+    return _identity_where_empty(xp, A, b, mask)
+
+
+def _affine_fitted(S, basis, h, beta):
+    """psi beta (B, M) of the affine basis from the slice S (B, M, d) as it lies."""
+    d = S.shape[2]
+    xp = get_array_module(S)
+    inv = xp.asarray(1.0 / np.broadcast_to(basis.scale, (d,)), dtype=S.dtype)
+    C = strided.matmul(S, (beta[:, 1:d + 1] * inv)[..., None])[..., 0] + beta[:, :1]
+    if basis.payoff_regressor:
+        C += beta[:, d + 1:] * (h / S.dtype.type(basis.payoff_scale()))
+    return C
 
 
 def apply_policy(S, times, coefficients, payoff_fn, basis_fn, rate, *, t0=0.0):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from linalg_gpu import strided
 from linalg_gpu._backend import get_array_module
 
 STYLES = ("european", "bermudan", "american")
@@ -74,7 +75,7 @@ class Contract:
         if self.underlying == "min":
             return S.min(axis=-1)
         w = np.ones(S.shape[-1]) if self.weights is None else np.asarray(self.weights, dtype=float)
-        return S @ xp.asarray(w / w.sum(), dtype=S.dtype)
+        return strided.matmul(S, xp.asarray(w / w.sum(), dtype=S.dtype))        # a path slice as it lies
 
     def payoff_value(self, S):
         """The exercise value per unit, max(U - K, 0) or max(K - U, 0), shape S.shape[:-1]."""

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from cva import basis
-from cva.lsm import apply_policy, longstaff_schwartz, report_summary
+from cva.lsm import (
+    _affine_fitted,
+    _affine_normal_equations,
+    _normal_equations,
+    apply_policy,
+    longstaff_schwartz,
+    report_summary,
+)
 from cva.model import BlackScholes
 from cva.products import Contract
 
@@ -95,6 +102,33 @@ def test_batched_regressions_match_per_set_least_squares(rng):
         np.testing.assert_allclose(one.value[0], res.value[bi], rtol=1e-12)
     rows = report_summary(res.reports)
     assert len(rows) == n - 1 and all(r["systems"] == B and r["failed"] == 0 for r in rows)
+
+
+@pytest.mark.parametrize("payoff_regressor", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("one_scale", [False, True])
+def test_affine_normal_equations_match_the_formed_basis(rng, payoff_regressor, masked, one_scale):
+    """The affine basis's normal equations and fitted values from the strided slice S[:, :, j] (the GPU
+    path's algebra, here on numpy) equal those of the formed psi, in psi's order and scale; a set with no
+    path in the money gets A = I, b = 0 in both."""
+    B, M, N, d = 4, 300, 3, 3
+    S = rng.uniform(50.0, 150.0, (B, M, N, d))
+    scale = np.full(d, 97.0) if one_scale else rng.uniform(80.0, 120.0, d)    # one scale rides in cuBLAS's alpha
+    psi = basis.make_basis("linear", scale, payoff_regressor)
+    assert psi.affine and not basis.make_basis("linear", scale, order_statistics=True).affine
+    Sj = S[:, :, 1]                                                    # strided rows, as the LSM passes them
+    h = np.maximum(100.0 - Sj.mean(axis=-1), 0)
+    h[0] = 0.0                                                         # set 0: no path in the money
+    V = rng.standard_normal((B, M))
+    mask = h > 0 if masked else None
+    A, b = _affine_normal_equations(np, Sj, psi, h, V, mask)
+    A_ref, b_ref = _normal_equations(np, psi(Sj, h), V, mask)
+    np.testing.assert_allclose(A, A_ref, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(b, b_ref, rtol=1e-13, atol=1e-15)
+    beta = rng.standard_normal((B, A.shape[1]))
+    X = psi(Sj, h)
+    np.testing.assert_allclose(_affine_fitted(Sj, psi, h, beta), (X @ beta[..., None])[..., 0],
+                               atol=1e-13 * (np.abs(X) @ np.abs(beta)[..., None]).max())
 
 
 def test_one_exercise_date_is_the_discounted_mean_payoff(rng):

@@ -6,13 +6,18 @@ import pytest
 cp = pytest.importorskip("cupy")
 
 from cva import basis, rng  # noqa: E402
-from cva.lsm import _normal_equations, longstaff_schwartz  # noqa: E402
+from cva.lsm import _affine_fitted, _affine_normal_equations, _normal_equations, longstaff_schwartz  # noqa: E402
 from cva.model import BlackScholes  # noqa: E402
 from cva.products import Contract  # noqa: E402
+from linalg_gpu import strided  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_paths_and_lsm_gpu_match_cpu(dtype):
+@pytest.mark.parametrize("affine", [False, True])
+def test_paths_and_lsm_gpu_match_cpu(dtype, affine):
+    """The paths and the LSM price on the GPU against numpy on the same keys: a quadratic basis given as a
+    plain function (psi formed on both), and the linear Basis (on the GPU from S itself, by strided
+    products)."""
     model = BlackScholes(spot=[100.0, 95.0, 105.0], vol=[0.2, 0.25, 0.3], dividend=0.02, rate=0.05,
                          correlation=0.3)
     c = Contract(style="bermudan", payoff="put", underlying="basket", strike=100.0, maturity=1.0, n_exercise=8)
@@ -21,9 +26,10 @@ def test_paths_and_lsm_gpu_match_cpu(dtype):
     for xp in (np, cp):
         S = model.sample(grid, 40_000, seed=11, purpose="price", dtype=dtype, xp=xp, outer=(3, 4))  # (4, M, 8, 3)
 
-        def psi(X, h):
+        def quadratic(X, h):
             return basis.evaluate("quadratic", X, model.spot)
 
+        psi = basis.make_basis("linear", model.spot) if affine else quadratic
         res = longstaff_schwartz(S, c.exercise_times(), c.payoff_value, psi, model.rate, solver={"method": "auto"})
         out[xp.__name__] = (cp.asnumpy(S), cp.asnumpy(res.value), cp.asnumpy(res.stderr))
     (S0, v0, se0), (S1, v1, _) = out["numpy"], out["cupy"]
@@ -61,6 +67,81 @@ def test_normal_equations_gpu_match_float64_reference(dtype, shape, masked):
     np.testing.assert_allclose(A, A_ref, atol=tol)
     np.testing.assert_allclose(b, b_ref, atol=tol)
     assert A.dtype == dtype and b.dtype == dtype
+
+
+# operands as the LSM passes them: a date's slice of (B, M, N, d) paths, a one-set slice, every other
+# path of a slice, and a contiguous array
+SLICES = [lambda S: S[:, :, 2], lambda S: S[2:3, :, 1], lambda S: S[:, ::2, 3], lambda S: S[:, :, 0].copy()]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_strided_products_match_numpy(dtype):
+    """linalg_gpu.strided (cuBLAS on the slices as they lie) against numpy's matmul in float64, for
+    shared and per-set right operands, Gram matrices of a slice with itself and with another array,
+    and operands that fall back to cupy's matmul (reversed rows, a 2-D left operand)."""
+    g = np.random.default_rng()
+    eps = np.finfo(dtype).eps
+    S = g.standard_normal((5, 700, 4, 6)).astype(dtype)
+    Sg = cp.asarray(S)
+    for take in SLICES:
+        a, ag = take(S).astype(float), take(Sg)
+        B, M, k = a.shape
+        for b in (g.standard_normal(k), g.standard_normal((k, 3)), g.standard_normal((B, k, 1)),
+                  g.standard_normal((B, k, 2))):
+            b = b.astype(dtype)
+            _assert_sums_close(strided.matmul(ag, cp.asarray(b)), a @ b, np.abs(a) @ np.abs(b), k, eps)
+        c = g.standard_normal((B, M, 3)).astype(dtype)
+        aT = a.transpose(0, 2, 1)
+        _assert_sums_close(strided.gram(ag, cp.asarray(c)), aT @ c, np.abs(aT) @ np.abs(c), M, eps)
+        _assert_sums_close(strided.gram(ag, ag), aT @ a, np.abs(aT) @ np.abs(a), M, eps)
+        Z = cp.zeros((B, k + 2, 6), dtype=dtype)                          # into a block, scaled
+        strided.gram(ag, cp.asarray(c), alpha=0.25, out=Z[:, 1:k + 1, 2:5])
+        _assert_sums_close(Z[:, 1:k + 1, 2:5], 0.25 * aT @ c, 0.25 * np.abs(aT) @ np.abs(c), M, eps)
+        Z[:, 1:k + 1, 2:5] = 0
+        assert not Z.any()
+    w = g.standard_normal(6).astype(dtype)
+    for a, ag in ((S[:, ::-1, 0], Sg[:, ::-1, 0]), (S[0, :, 0], Sg[0, :, 0])):    # cupy's matmul
+        a = a.astype(float)
+        _assert_sums_close(strided.matmul(ag, cp.asarray(w)), a @ w, np.abs(a) @ np.abs(w), 6, eps)
+
+
+def _assert_sums_close(x, ref, size, n, eps):
+    """x (device) against the float64 sums ref of n terms each, within 8 sqrt(n) eps of the sums of |terms|."""
+    x = cp.asnumpy(x)
+    assert x.shape == ref.shape
+    assert np.all(np.abs(x - ref) <= 8 * np.sqrt(n) * eps * size), np.max(np.abs(x - ref) / size)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("payoff_regressor", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("one_scale", [False, True])
+def test_affine_normal_equations_gpu_match_float64_reference(dtype, payoff_regressor, masked, one_scale):
+    """The LSM's GPU assembly for the affine basis (strided cuBLAS products, no psi formed) against the
+    normal equations of the formed psi in float64 on the CPU, and its fitted values against psi beta;
+    set 0 has no path in the money."""
+    g = np.random.default_rng()
+    B, M, N, d = 6, 3000, 4, 29
+    S = g.uniform(0.7, 1.3, (B, M, N, d))
+    scale = np.full(d, 1.05) if one_scale else g.uniform(0.9, 1.1, d)
+    psi = basis.make_basis("linear", scale, payoff_regressor)
+    h = np.maximum(1.0 - S[:, :, 2].mean(axis=-1), 0)
+    h[0] = 0.0
+    V = g.standard_normal((B, M))
+    mask = h > 0 if masked else None
+    Sg = cp.asarray(S.astype(dtype))
+    A, b = (cp.asnumpy(x) for x in _affine_normal_equations(
+        cp, Sg[:, :, 2], psi, cp.asarray(h.astype(dtype)), cp.asarray(V.astype(dtype)),
+        None if mask is None else cp.asarray(mask)))
+    Sj = S.astype(dtype).astype(float)[:, :, 2]
+    A_ref, b_ref = _normal_equations(np, psi(Sj, h.astype(dtype).astype(float)), V.astype(dtype).astype(float), mask)
+    tol = 8 * np.sqrt(M) * np.finfo(dtype).eps * 2                    # entries of psi up to about 1.5
+    np.testing.assert_allclose(A, A_ref, atol=tol)
+    np.testing.assert_allclose(b, b_ref, atol=tol)
+    beta = g.standard_normal((B, A.shape[1])).astype(dtype)
+    C = cp.asnumpy(_affine_fitted(Sg[:, :, 2], psi, cp.asarray(h.astype(dtype)), cp.asarray(beta)))
+    C_ref = (psi(Sj, h.astype(dtype).astype(float)) @ beta.astype(float)[..., None])[..., 0]
+    np.testing.assert_allclose(C, C_ref, atol=8 * np.sqrt(d) * np.finfo(dtype).eps * np.abs(beta).sum(axis=1).max())
 
 
 def test_price_gpu_matches_cpu():
