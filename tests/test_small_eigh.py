@@ -324,6 +324,17 @@ def test_gpu_systems_per_block_keeps_residency(monkeypatch, n, itemsize, regs):
         assert res[spb] == max(res.values())
 
 
+@pytest.mark.parametrize("itemsize, regs, two, three", [(4, 128, 6, 4), (8, 164, 3, 2)])
+def test_gpu_eigh_small_layout_n64_residency(monkeypatch, itemsize, regs, two, three):
+    """eigh_small's layout (V in W's storage, 14 vectors) holds 6 (float32) / 3 (float64) systems of n = 64
+    per H100 SM at the kernels' register counts, against 4 / 2 with eig_truncate_solve's three matrices."""
+    _gpu = _h100(monkeypatch)
+    assert _gpu._eigh_matrices(64, itemsize) == 2
+    assert _gpu._systems_per_block(64, _gpu._eig_bytes(64, itemsize, 2), regs, 0) == 1
+    assert _resident(64, 1, _gpu._eig_bytes(64, itemsize, 2), regs) == two
+    assert _resident(64, 1, _gpu._eig_bytes(64, itemsize), regs) == three
+
+
 @pytest.mark.parametrize("itemsize, n, regs, best", [
     (4, 16, 59, 8), (4, 32, 80, 4), (4, 48, 80, 2), (4, 64, 128, 1),
     (8, 16, 80, 8), (8, 32, 158, 3), (8, 48, 128, 3), (8, 64, 164, 1)])

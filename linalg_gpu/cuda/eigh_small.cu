@@ -10,25 +10,40 @@
 #include "householder.cuh"
 #include "tridiag_eigh.cuh"
 
+// Per system: MATS matrices of N x S (W, Q and, for MATS = 3, V), then VECS vectors VL apart: d, e,
+// beta, tmp (2), the divide and conquer's nine, and for eig_truncate_solve y and the group scratch of
+// N + 1 after it. With MATS = 2 V shares W's storage: the reflectors wait in the output during the
+// divide and conquer (move_reflectors), and 14 vectors. H100 (227 KB of shared memory per SM, 1 KB
+// per block reserved): N = 64 float32 6 systems per SM (4 with three matrices), float64 3 (2).
+// eigh_small takes MATS = 2 (eigh_mats) but for float32 16 < N <= 32, where more resident blocks were
+// slower (the instruction cache, as in _gpu._systems_per_block). Kernel ms, 2^17 SPD systems, three ->
+// two matrices, outputs bitwise equal: float32 N = 16 1.768 -> 1.721, 32 8.311 -> 8.954, 48 44.16 ->
+// 33.77, 64 85.92 -> 76.34; float64 N = 16 3.268 -> 3.217, 32 21.50 -> 20.16, 48 108.3 -> 76.29, 64
+// 208.8 -> 161.2.
 template <typename T, int N>
+__host__ __device__ constexpr int eigh_mats() { return sizeof(T) == 4 && N > 16 && N <= 32 ? 3 : 2; }
+
+template <typename T, int N, int MATS>
 struct EigLayout {
-    static constexpr int S = HHLayout<N>::S, VL = HHLayout<N>::VL;
-    static constexpr int PER = 3 * HHLayout<N>::WL + 20 * VL;  // W, Q, V and the vectors (VL apart)
+    static constexpr int S = HHLayout<N>::S, VL = HHLayout<N>::VL, VECS = MATS == 3 ? 20 : 14;
+    static constexpr int PER = MATS * HHLayout<N>::WL + VECS * VL;
 };
 
-template <typename T, int N>
+template <typename T, int N, int MATS>
 __device__ void eig_setup(const T* A, long long sys0, int nsys, int spb, T* smem, int*& ibase,
                           T*& W, T*& d, T*& e, T*& beta, T*& tmp, T*& y, DCScratch<T>& sc, int local)
 {
-    constexpr int S = EigLayout<T, N>::S, PER = EigLayout<T, N>::PER, VL = EigLayout<T, N>::VL;
-    constexpr int WL = HHLayout<N>::WL;
+    using L = EigLayout<T, N, MATS>;
+    constexpr int S = L::S, PER = L::PER, VL = L::VL, WL = HHLayout<N>::WL;
     stage_matrices<T, N, S, PER>(A + sys0 * N * N, smem, nsys);
     W = smem + (size_t)local * PER;
-    sc.Q = W + WL;  sc.V = sc.Q + WL;
-    T* v = sc.V + WL;
-    d = v; e = v + VL; beta = v + 2 * VL; tmp = v + 3 * VL; y = v + 5 * VL;
-    sc.lam = v + 6 * VL; sc.dt = v + 7 * VL; sc.dd = v + 8 * VL; sc.z = v + 9 * VL; sc.P = v + 10 * VL;
-    sc.Z = v + 11 * VL; sc.O = v + 12 * VL; sc.TAU = v + 13 * VL; sc.sc = v + 14 * VL;
+    sc.Q = W + WL;
+    sc.V = MATS == 3 ? sc.Q + WL : W;
+    T* v = sc.Q + (MATS - 1) * WL;
+    d = v; e = v + VL; beta = v + 2 * VL; tmp = v + 3 * VL;
+    sc.lam = v + 5 * VL; sc.dt = v + 6 * VL; sc.dd = v + 7 * VL; sc.z = v + 8 * VL; sc.P = v + 9 * VL;
+    sc.Z = v + 10 * VL; sc.O = v + 11 * VL; sc.TAU = v + 12 * VL; sc.sc = v + 13 * VL;
+    y = MATS == 3 ? v + 14 * VL : nullptr;
     ibase = reinterpret_cast<int*>(smem + (size_t)spb * PER) + local * 4 * N;
     sc.perm = ibase; sc.idx = ibase + N; sc.defl = ibase + 2 * N; sc.close = ibase + 3 * N;
 }
@@ -80,12 +95,26 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
     gsync<N>();
 }
 
+// The reflectors u_r (column r of W above the diagonal, r >= 2) to the system's N x N output, or back
+// (TO_OUT false); thread c moves column c. Every thread of the block calls this (it synchronizes).
+template <typename T, int N, int S, bool TO_OUT>
+__device__ void move_reflectors(T* W, T* out, int c, bool active)
+{
+    gsync<N>();
+    if (active)
+        for (int k = 0; k < c; ++k) {
+            if constexpr (TO_OUT) out[k * N + c] = W[k * S + c];
+            else W[k * S + c] = out[k * N + c];
+        }
+    gsync<N>();
+}
+
 template <typename T, int N>
 __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs,
                            bool* __restrict__ nonfinite, T* __restrict__ asym,
                            const int* __restrict__ tree, long long batch, int spb)
 {
-    constexpr int S = EigLayout<T, N>::S;
+    constexpr int S = EigLayout<T, N, eigh_mats<T, N>()>::S;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
     constexpr int G = Group<N>::W;                             // lanes per system
@@ -96,11 +125,14 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T
     T *W, *d, *e, *beta, *tmp, *y;
     int* ib;
     DCScratch<T> sc;
-    eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
+    constexpr int MATS = eigh_mats<T, N>();
+    eig_setup<T, N, MATS>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
     const long long s = sys0 + local;
     const bool fin = screen_and_tridiagonalize<T, N, S>(A, 0, W, d, e, beta, tmp, i, active, nonfinite + s,
                                                         asym + s);
+    if constexpr (MATS == 2) move_reflectors<T, N, S, true>(W, vecs + s * N * N, i, active);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active);
+    if constexpr (MATS == 2) move_reflectors<T, N, S, false>(W, vecs + s * N * N, i, active);
     apply_q_columns<T, N, S>(W, beta, sc.Q, i, active);
     if (active) {                                             // NaN for input that is not finite
         w[s * N + i] = fin ? sc.lam[i] : T(NAN);
@@ -115,7 +147,7 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
                                    const int* __restrict__ tree, T cond_max,
                                    long long batch, int nrhs, int spb)
 {
-    constexpr int S = EigLayout<T, N>::S;
+    constexpr int S = EigLayout<T, N, 3>::S;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
     constexpr int G = Group<N>::W;                             // lanes per system
@@ -126,13 +158,13 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
     T *W, *d, *e, *beta, *tmp, *y;
     int* ib;
     DCScratch<T> sc;
-    eig_setup<T, N>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
+    eig_setup<T, N, 3>(A, sys0, nsys, spb, smem, ib, W, d, e, beta, tmp, y, sc, local);
     const long long s = sys0 + local;
     const bool fin = screen_and_tridiagonalize<T, N, S>(b + s * N * nrhs, nrhs, W, d, e, beta, tmp, i, active,
                                                         nonfinite + s, asym + s);
     dc_tridiag_eigh<T, N, S>(d, e, sc, tree, i, active);
     const T* O = sc.Q;
-    T* red = sc.sc + 3;                                       // group_max scratch (block version)
+    T* red = y + EigLayout<T, N, 3>::VL;                      // group_max scratch (block version)
     const T lmax = sc.lam[N - 1];
     const T li = active ? sc.lam[i] : T(0);
     const bool keep = li > lmax / cond_max;                   // non-positive ones are dropped too

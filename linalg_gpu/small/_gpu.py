@@ -283,9 +283,16 @@ def householder_pcr_stage(A, b):
     return x, cond, cp.zeros(B, dtype=np.int32), ok, resid, nonfinite, asym
 
 
-def _eig_bytes(n, itemsize):
+def _eig_bytes(n, itemsize, matrices=3):
+    """Shared bytes per system of the eigen kernels (EigLayout): ``matrices`` N x S matrices and 20
+    vectors (eig_truncate_solve), or 2 and 14, and the integer arrays."""
     wl, vl = _hh_layout(n)
-    return (3 * wl + 20 * vl) * itemsize + 4 * n * 4
+    return (matrices * wl + (20 if matrices == 3 else 14) * vl) * itemsize + 4 * n * 4
+
+
+def _eigh_matrices(n, itemsize):
+    """The matrices of eigh_small's layout (eigh_small.cu, eigh_mats): 3 for float32 16 < n <= 32, else 2."""
+    return 3 if itemsize == 4 and 16 < n <= 32 else 2
 
 
 def eig_truncate_stage(A, b, cond_max):
@@ -333,7 +340,7 @@ def eigh_small(A):
         return w, V, nonfinite, asym
     tree = _tree_device(n, cp.cuda.Device().id)
     fn = get_function("eigh_small.cu", "eigh_small", A.dtype, n)
-    _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
+    _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize, _eigh_matrices(n, A.dtype.itemsize)),
             lambda spb: (A, w, V, nonfinite, asym, tree, np.int64(B), np.int32(spb)))
     return w, V, nonfinite, asym
 
