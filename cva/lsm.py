@@ -247,10 +247,12 @@ def apply_policy(S, times, coefficients, payoff_fn, basis_fn, rate, *, t0=0.0):
     if len(coefficients) != N - 1:
         raise ValueError(f"coefficients must have one entry per exercise date but the last ({N - 1})")
     V = payoff_fn(S[:, :, N - 1])
+    affine = xp is not np and getattr(basis_fn, "affine", False)                   # as longstaff_schwartz
     for j in range(N - 2, -1, -1):
         V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
         h = payoff_fn(S[:, :, j])
-        C = (basis_fn(S[:, :, j], h) @ coefficients[j][..., None])[..., 0]
+        C = (_affine_fitted(S[:, :, j], basis_fn, h, coefficients[j]) if affine
+             else (basis_fn(S[:, :, j], h) @ coefficients[j][..., None])[..., 0])
         V = xp.where((h > 0) & (h >= C), h, V)
     return V * S.dtype.type(np.exp(-rate * (times[0] - t0)))
 

@@ -6,7 +6,13 @@ import pytest
 cp = pytest.importorskip("cupy")
 
 from cva import basis, rng  # noqa: E402
-from cva.lsm import _affine_fitted, _affine_normal_equations, _normal_equations, longstaff_schwartz  # noqa: E402
+from cva.lsm import (  # noqa: E402
+    _affine_fitted,
+    _affine_normal_equations,
+    _normal_equations,
+    apply_policy,
+    longstaff_schwartz,
+)
 from cva.model import BlackScholes  # noqa: E402
 from cva.products import Contract  # noqa: E402
 from linalg_gpu import strided  # noqa: E402
@@ -142,6 +148,26 @@ def test_affine_normal_equations_gpu_match_float64_reference(dtype, payoff_regre
     C = cp.asnumpy(_affine_fitted(Sg[:, :, 2], psi, cp.asarray(h.astype(dtype)), cp.asarray(beta)))
     C_ref = (psi(Sj, h.astype(dtype).astype(float)) @ beta.astype(float)[..., None])[..., 0]
     np.testing.assert_allclose(C, C_ref, atol=8 * np.sqrt(d) * np.finfo(dtype).eps * np.abs(beta).sum(axis=1).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_apply_policy_affine_gpu_matches_formed_basis(dtype):
+    """apply_policy on the GPU with the linear Basis (fitted values from S by strided products) against
+    the same policy with psi formed (a plain function): the same cashflows but where a path's exercise
+    value ties its fitted value to rounding."""
+    model = BlackScholes(spot=[100.0, 95.0, 105.0], vol=[0.2, 0.25, 0.3], dividend=0.02, rate=0.05,
+                         correlation=0.3)
+    c = Contract(style="bermudan", payoff="put", underlying="basket", strike=100.0, maturity=1.0, n_exercise=8)
+    grid = np.concatenate([[0.0], c.exercise_times()])
+    psi = basis.make_basis("linear", model.spot)
+    S = model.sample(grid, 20_000, seed=3, purpose="price", dtype=dtype, xp=cp, outer=(0, 2))
+    policy = longstaff_schwartz(S, c.exercise_times(), c.payoff_value, psi, model.rate).coefficients
+    S2 = model.sample(grid, 20_000, seed=4, purpose="price", dtype=dtype, xp=cp, outer=(0, 2))
+    V1 = cp.asnumpy(apply_policy(S2, c.exercise_times(), policy, c.payoff_value, psi, model.rate))
+    V0 = cp.asnumpy(apply_policy(S2, c.exercise_times(), policy, c.payoff_value, lambda X, h: psi(X, h), model.rate))
+    same = np.isclose(V1, V0, rtol=16 * np.finfo(dtype).eps, atol=0)
+    assert same.mean() > 0.999
+    np.testing.assert_allclose(V1.mean(axis=1), V0.mean(axis=1), rtol=1e-3)
 
 
 def test_price_gpu_matches_cpu():
