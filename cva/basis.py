@@ -79,9 +79,13 @@ class Basis:
         and fitted values from S itself, without forming psi (:mod:`cva.lsm`)."""
         return self.name == "linear" and not self.order_statistics
 
-    def payoff_scale(self) -> float:
-        """The divisor of the payoff column (the mean of ``scale``)."""
-        return float(np.mean(self.scale))
+    def inverse_scale(self, d: int) -> np.ndarray:
+        """1 / scale per asset, (d,) float64 (the factors of S in psi)."""
+        return 1.0 / np.broadcast_to(self.scale, (d,))
+
+    def payoff_column(self, payoff):
+        """The payoff column of psi, payoff / mean(scale) (as :func:`evaluate`)."""
+        return payoff / payoff.dtype.type(np.mean(self.scale))
 
 
 def make_basis(name: str, scale, payoff_regressor: bool = False, order_statistics: bool = False) -> Basis:

@@ -195,14 +195,14 @@ def _affine_normal_equations(xp, S, basis, h, V, mask):
     F over the paths; one common scale (and 1/M) rides in the products' alpha."""
     B, M, d = S.shape
     dt = S.dtype.type
-    cols = [h / dt(basis.payoff_scale())] if basis.payoff_regressor else []        # h / c
+    cols = [basis.payoff_column(h)] if basis.payoff_regressor else []              # h / c
     e = 1 + len(cols)                                                              # psi's columns besides x
     w = None if mask is None else mask.astype(S.dtype)
     F = xp.empty((B, M, e + 1), dtype=S.dtype)
     F[..., 0] = 1 if w is None else w
     for i, c in enumerate([*cols, V], start=1):
         F[..., i] = c if w is None else w * c
-    inv = 1.0 / np.broadcast_to(basis.scale, (d,))
+    inv = basis.inverse_scale(d)
     common = bool(np.all(inv == inv[0]))
     A = xp.empty((B, d + e, d + e), dtype=S.dtype)
     b = xp.empty((B, d + e), dtype=S.dtype)
@@ -229,10 +229,10 @@ def _affine_fitted(S, basis, h, beta):
     """psi beta (B, M) of the affine basis from the slice S (B, M, d) as it lies."""
     d = S.shape[2]
     xp = get_array_module(S)
-    inv = xp.asarray(1.0 / np.broadcast_to(basis.scale, (d,)), dtype=S.dtype)
+    inv = xp.asarray(basis.inverse_scale(d), dtype=S.dtype)
     C = strided.matmul(S, (beta[:, 1:d + 1] * inv)[..., None])[..., 0] + beta[:, :1]
     if basis.payoff_regressor:
-        C += beta[:, d + 1:] * (h / S.dtype.type(basis.payoff_scale()))
+        C += beta[:, d + 1:] * basis.payoff_column(h)
     return C
 
 

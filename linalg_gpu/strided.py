@@ -49,10 +49,15 @@ def _gemm(dtype, ta, tb, m, n, k, A, lda, sA, B, ldb, sB, C, ldc, sC, batch, alp
         cublas.setPointerMode(h, mode)
 
 
-def _supported(*arrays):
+def _strided_rows(xp, *arrays):
+    """(leading dimension, batch stride) of each 3-D array, if cuBLAS can take them all as they lie:
+    cupy arrays of one float dtype, none empty; else None (numpy's matmul, or cupy's, does the work)."""
     dt = arrays[0].dtype
-    return dt in (np.float32, np.float64) and all(x.dtype == dt for x in arrays) and all(
-        x.ndim == 3 and x.size > 0 for x in arrays if x.ndim == 3)
+    if (xp is np or dt not in (np.float32, np.float64)
+            or any(x.ndim != 3 or x.dtype != dt or x.size == 0 for x in arrays)):
+        return None
+    rows = [_rows(x) for x in arrays]
+    return None if None in rows else rows
 
 
 def matmul(a, b):
@@ -62,14 +67,13 @@ def matmul(a, b):
     its last axis is contiguous (any row and set strides); ``b`` is made contiguous.
     """
     xp = get_array_module(a, b)
-    if xp is np or a.ndim != 3 or b.ndim not in (1, 2, 3) or not _supported(a, b) or _rows(a) is None:
-        return a @ b
+    rows = _strided_rows(xp, a) if b.ndim in (1, 2, 3) and b.dtype == a.dtype and b.size else None
+    if rows is None or b.shape[-2 if b.ndim > 1 else 0] != a.shape[2] or (b.ndim == 3 and b.shape[0] != a.shape[0]):
+        return a @ b                                          # (numpy's error for mismatched shapes)
     from cupy.cuda import cublas
 
     B, M, k = a.shape
-    if b.shape[-2 if b.ndim > 1 else 0] != k or (b.ndim == 3 and b.shape[0] != B):
-        return a @ b                                          # numpy's error for mismatched shapes
-    lda, sa = _rows(a)
+    (lda, sa), = rows
     n = 1 if b.ndim == 1 else b.shape[-1]
     bc = xp.ascontiguousarray(b)
     sb = k * n if b.ndim == 3 else 0
@@ -91,10 +95,12 @@ def gram(a, c, *, alpha=1.0, out=None):
     (on the GPU written in place when its last axis is contiguous, e.g. a block of a larger matrix).
     """
     xp = get_array_module(a, c)
-    if (xp is np or a.ndim != 3 or c.ndim != 3 or a.shape[:2] != c.shape[:2] or not _supported(a, c)
-            or _rows(a) is None or _rows(c) is None
-            or (out is not None and (out.shape != (a.shape[0], a.shape[2], c.shape[2]) or out.dtype != a.dtype
-                                     or _rows(out) is None))):
+    rows = None
+    if xp is not np and a.ndim == c.ndim == 3 and a.shape[:2] == c.shape[:2]:
+        shape = (a.shape[0], a.shape[2], c.shape[2])
+        out = xp.empty(shape, dtype=a.dtype) if out is None else out
+        rows = _strided_rows(xp, a, c, out) if out.shape == shape else None
+    if rows is None:
         r = (a.transpose(0, 2, 1) @ c) * a.dtype.type(alpha)
         if out is None:
             return r
@@ -104,10 +110,7 @@ def gram(a, c, *, alpha=1.0, out=None):
 
     B, M, k = a.shape
     f = c.shape[2]
-    (lda, sa), (ldc, sc) = _rows(a), _rows(c)
-    if out is None:
-        out = xp.empty((B, k, f), dtype=a.dtype)
-    ldo, so = _rows(out)
+    (lda, sa), (ldc, sc), (ldo, so) = rows
     # out as it lies is the column-major f x k matrix c_b^T a_b: c_b^T and a_b^T lie column-major
     _gemm(a.dtype.type, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T, f, k, M, c.data.ptr, ldc, sc, a.data.ptr, lda, sa,
           out.data.ptr, ldo, so, B, alpha)
