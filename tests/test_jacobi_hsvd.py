@@ -259,6 +259,21 @@ def test_eigh_indefinite_singular(rng, dtype, n, r):
     assert np.linalg.norm(M64 @ U64 - U64 * w.astype(np.float64), 2) <= tol
 
 
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gjgt_rank_of_random_low_rank_matrices(rng, dtype):
+    """40 fresh M = X diag(lam) X^T of rank 60 and order 64 (|lam| in [1, 2], both signs): gjgt finds
+    rank 60 for each. The threshold tol * max|M| without the growth found 61 for about 2 % of such
+    matrices (measured, 1500 seeds per dtype: 32 and 31), so this failed in about 55 % of runs."""
+    n, r = 64, 60
+    for _ in range(40):
+        X = np.linalg.qr(rng.standard_normal((n, r)))[0]
+        lam = rng.uniform(1, 2, r) * rng.permutation(np.resize([1.0, -1.0], r))
+        M = (X * lam) @ X.T
+        G, J, info = gjgt(((M + M.T) / 2).astype(dtype))
+        assert info["rank"] == r and G.shape == (n, r)
+
+
 # ---------------------------------------------------------------------------------------------
 # errors
 
