@@ -302,18 +302,19 @@ def _resident(n, spb, per_system_bytes, regs):
                      4 * per_smsp // warps)
 
 
+@pytest.mark.parametrize("max_threads", [256, 192])
 @pytest.mark.parametrize("itemsize", [4, 8])
 @pytest.mark.parametrize("n", [9, 12, 16, 24, 31, 32, 33, 40, 48, 56, 64])
 @pytest.mark.parametrize("regs", [40, 80, 128, 168, 255])
-def test_gpu_systems_per_block_keeps_residency(monkeypatch, n, itemsize, regs):
-    """_gpu._systems_per_block: whole warps of systems and at most THREADS threads for n <= 32 (256
-    above), within the shared memory of a block; n <= 32 the largest block within 85 % of the most
-    resident systems, n > 32 the most resident."""
+def test_gpu_systems_per_block_keeps_residency(monkeypatch, n, itemsize, regs, max_threads):
+    """_gpu._systems_per_block: whole warps of systems and at most THREADS threads for n <= 32
+    (max_threads above: the kernel's launch bound), within the shared memory of a block; n <= 32 the
+    largest block within 85 % of the most resident systems, n > 32 the most resident."""
     _gpu = _h100(monkeypatch)
     b = _gpu._eig_bytes(n, itemsize)
-    spb = _gpu._systems_per_block(n, b, regs, 0)
+    spb = _gpu._systems_per_block(n, b, regs, 0, max_threads)
     lanes = _gpu._lanes(n)
-    step, top = (32 // lanes, _gpu.THREADS // lanes) if n <= 32 else (1, 256 // n)
+    step, top = (32 // lanes, _gpu.THREADS // lanes) if n <= 32 else (1, max_threads // n)
     fits = [s for s in range(step, top + 1, step) if s * b <= H100["block_bytes"]]
     assert spb in fits
     res = {s: _resident(n, s, b, regs) for s in fits}
@@ -343,3 +344,15 @@ def test_gpu_systems_per_block_h100_picks(monkeypatch, itemsize, n, regs, best):
     block 23.0 ms, 2 per block 22.5 ms) nearly the best of the measured sweep (NOTES, session 19)."""
     _gpu = _h100(monkeypatch)
     assert _gpu._systems_per_block(n, _gpu._eig_bytes(n, itemsize), regs, 0) == best
+
+
+def test_eigh_block_bound_matches_the_kernel():
+    """_gpu.EIGH_BLOCK_ABOVE_32 (the launcher's most threads per block of eigh_small above n = 32, by
+    itemsize) is the kernel's __launch_bounds__, eigh_block_threads (a larger block would not launch)."""
+    from pathlib import Path
+
+    from linalg_gpu.small import _gpu
+
+    src = (Path(_gpu.__file__).resolve().parents[1] / "cuda" / "eigh_small.cu").read_text()
+    expr = f"(sizeof(T) == 4 ? {_gpu.EIGH_BLOCK_ABOVE_32[4]} : {_gpu.EIGH_BLOCK_ABOVE_32[8]})"
+    assert f"constexpr int eigh_block_threads() {{ return Group<N>::WARP ? 128 : {expr}; }}" in src

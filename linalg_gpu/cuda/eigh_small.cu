@@ -68,17 +68,68 @@ __device__ __forceinline__ void apply_q_phase(const T* W, const T* beta, T (&col
     if constexpr (R1 < N) apply_q_phase<T, N, S, R1, (R1 + 8 < N ? R1 + 8 : N)>(W, beta, col);
 }
 
-// N <- Q_h N for the matrix of eigenvectors: thread c owns column c (in registers for N <= 32, the
-// steps in rolled phases of 8: unrolled, they were 1.4k instructions of straight code at N = 32).
+// Above N = 32 the reflectors come back from the output as packed rows, u_r (r entries) at
+// packed_row<T>(r), each row padded to a multiple of V = 16 / sizeof(T) entries (16-byte loads).
+template <typename T>
+__device__ __forceinline__ int packed_row(int r)
+{
+    constexpr int V = 16 / sizeof(T);
+    const int g = r / V;                                       // rows gV .. gV + V - 1 are (g + 1) V long
+    return V * V * g * (g + 1) / 2 + (r - g * V) * (g + 1) * V;
+}
+
+// Steps R0 <= r < R1 of apply_q_columns for N > 32 (as apply_q_phase, u_r a packed row read by 16-byte
+// loads, masked past its end; four partial sums).
+template <typename T, int N, int R0, int R1>
+__device__ __forceinline__ void apply_q_packed_phase(const T* P, const T* beta, T (&col)[N])
+{
+    constexpr int V = 16 / sizeof(T), KV = (R1 - 1 + V - 1) / V * V;
+#pragma unroll 1
+    for (int r = R0; r < R1; ++r) {
+        const T* u = P + packed_row<T>(r);
+        T s4[4] = {T(0), T(0), T(0), T(0)};
+#pragma unroll
+        for (int k0 = 0; k0 < KV; k0 += V) {
+            T c[V];
+            load16(u + k0, c);
+#pragma unroll
+            for (int t = 0; t < V; ++t)
+                if (k0 + t < R1 - 1) s4[(k0 + t) % 4] += (k0 + t < r ? c[t] : T(0)) * col[k0 + t];
+            if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());   // (loads not hoisted: registers)
+        }
+        const T s = ((s4[0] + s4[1]) + (s4[2] + s4[3])) * beta[r];
+#pragma unroll
+        for (int k0 = 0; k0 < KV; k0 += V) {
+            T c[V];
+            load16(u + k0, c);
+#pragma unroll
+            for (int t = 0; t < V; ++t)
+                if (k0 + t < R1 - 1) col[k0 + t] -= (k0 + t < r ? c[t] : T(0)) * s;
+            if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());
+        }
+    }
+    if constexpr (R1 < N) apply_q_packed_phase<T, N, R1, (R1 + 8 < N ? R1 + 8 : N)>(P, beta, col);
+}
+
+// Whether the back-transformation reads packed rows (float32 above N = 32; see tridiagonalize).
+template <typename T, int N>
+__host__ __device__ constexpr bool packed_reflectors() { return N > 32 && sizeof(T) == 4; }
+
+// N <- Q_h N for the matrix of eigenvectors: thread c owns column c, in registers (N <= 32 and
+// packed_reflectors), the steps in rolled phases of 8 (unrolled, they were 1.4k instructions of
+// straight code at N = 32). u_r: column r of W (rows < r), or the packed rows of move_reflectors. The
+// loop over W and M in shared memory (float64 above N = 32) was bound by its shared-memory traffic in
+// float32 (H100, 2^17 systems, N = 64: about 27 ms with the reflectors' way back).
 template <typename T, int N, int S>
 __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool active)
 {
-    if constexpr (N <= 32) {
+    if constexpr (N <= 32 || packed_reflectors<T, N>()) {
         if (active) {
             T col[N];
 #pragma unroll
             for (int k = 0; k < N; ++k) col[k] = M[k * S + c];
-            if constexpr (N > 2) apply_q_phase<T, N, S, 2, (10 < N ? 10 : N)>(W, beta, col);
+            if constexpr (N > 32) apply_q_packed_phase<T, N, 2, 10>(W, beta, col);
+            else if constexpr (N > 2) apply_q_phase<T, N, S, 2, (10 < N ? 10 : N)>(W, beta, col);
 #pragma unroll
             for (int k = 0; k < N; ++k) M[k * S + c] = col[k];
         }
@@ -95,22 +146,38 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
     gsync<N>();
 }
 
-// The reflectors u_r (column r of W above the diagonal, r >= 2) to the system's N x N output, or back
-// (TO_OUT false); thread c moves column c. Every thread of the block calls this (it synchronizes).
+// The reflectors u_r (column r of W above the diagonal, r >= 2) to the system's N x N output (TO_OUT),
+// u_r into row r, or back: into column r of W, or as the packed rows of apply_q_columns
+// (packed_reflectors; by cp.async, all in flight at once). Thread c moves entry c of each; every thread of the block calls
+// this (it synchronizes).
 template <typename T, int N, int S, bool TO_OUT>
 __device__ void move_reflectors(T* W, T* out, int c, bool active)
 {
     gsync<N>();
-    if (active)
-        for (int k = 0; k < c; ++k) {
-            if constexpr (TO_OUT) out[k * N + c] = W[k * S + c];
-            else W[k * S + c] = out[k * N + c];
+    if (active) {
+#pragma unroll 8
+        for (int r = c + 1; r < N; ++r) {
+            if (r < 2) continue;
+            if constexpr (TO_OUT) out[r * N + c] = W[c * S + r];
+            else if constexpr (!packed_reflectors<T, N>()) W[c * S + r] = out[r * N + c];
+            else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
+                              :: "r"((unsigned)__cvta_generic_to_shared(W + packed_row<T>(r) + c)),
+                                 "l"(out + r * N + c), "n"(sizeof(T)) : "memory");
         }
+        if constexpr (!TO_OUT && packed_reflectors<T, N>()) asm volatile("cp.async.wait_all;" ::: "memory");
+    }
     gsync<N>();
 }
 
+// The most threads per block of eigh_small (_gpu.eigh_block_threads). float32 above N = 32: 192, and
+// two blocks per SM in __launch_bounds__, a cap of 170 registers, which keeps the register rows of the
+// reduction and of the back-transformation from spilling (uncapped, ptxas gave N = 33 and 48 64-80
+// registers with spills).
 template <typename T, int N>
-__global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs,
+__host__ __device__ constexpr int eigh_block_threads() { return Group<N>::WARP ? 128 : (sizeof(T) == 4 ? 192 : 256); }
+
+template <typename T, int N>
+__global__ void __launch_bounds__(eigh_block_threads<T, N>(), packed_reflectors<T, N>() ? 2 : 1) eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs,
                            bool* __restrict__ nonfinite, T* __restrict__ asym,
                            const int* __restrict__ tree, long long batch, int spb)
 {

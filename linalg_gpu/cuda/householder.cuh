@@ -494,11 +494,127 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
     }
 }
 
-// W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form.
-// On exit: d[k] = T_kk, e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] = 1/b_r
+// W: N x S working copy of the symmetric matrix (full), reduced to tridiagonal form (eq. 11-13) with
+// thread i holding row i in registers (float32 above N = 32, the system's N threads meeting
+// at __syncthreads). Step r: the owner of row r makes u (eq. 11) from its row and broadcasts it
+// through tmp with its scalars (beta[r], e[r - 1]); thread i < r forms p_i = (W u)_i / b (eq. 12) and
+// broadcasts it through tmp + VL; every thread takes u.p from the two vectors, then its row's rank-2
+// update W -= q u^T + u q^T with q = p - (u.p / 2b) u (eq. 13) touches registers only. (The version
+// with W in shared memory was bound by its shared-memory traffic: H100, 2^17 systems, float32
+// N = 64 19.7 ms for the load, screening and reduction, float64 51.7 ms.) On exit: d[k] = T_kk,
+// e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] = 1/b_r (0 where H_r = I); the rest
+// of W is left as it was. tmp: 2 VL scratch, 16-byte aligned. All threads of the block call this.
+template <typename T, int N, int S>
+__device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
+{
+    constexpr int V = 16 / sizeof(T), NV = (N + V - 1) / V * V, VL = HHLayout<N>::VL;
+    T* su = tmp;          // u, zero from r on (first the rows' maxima)
+    T* sp = tmp + VL;     // p, zero from r on
+    T w[NV], m = 0;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        w[k] = active && k < N ? W[i * S + k] : T(0);
+        m = fmax(m, fabs(w[k]));
+    }
+    su[i] = active ? m : T(0);
+    if (i == 0)
+        for (int k = N; k < NV; ++k) { su[k] = T(0); sp[k] = T(0); }   // (never written again)
+    __syncthreads();
+    // scale by a power of 2 to max |W_ij| ~ 1 (the reflectors do not depend on it): no under/overflow in squares
+    m = 0;
+#pragma unroll
+    for (int k0 = 0; k0 < NV; k0 += V) {
+        T c[V];
+        load16(su + k0, c);
+#pragma unroll
+        for (int t = 0; t < V; ++t) m = fmax(m, c[t]);
+    }
+    const int ex = scale_exponent(m);
+    const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) w[k] *= unscale;
+#pragma unroll 1
+    for (int r = N - 1; r >= 2; --r) {
+        __syncthreads();                                 // the last step's readers of su, sp are done
+        if (active && i == r) {                          // u_k = x_k (k < r-1), u_{r-1} = x_{r-1} - alpha
+            T head2 = 0;
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                su[k] = k < r ? w[k] : T(0);
+                head2 += k < r - 1 ? w[k] * w[k] : T(0);
+            }
+            const T xl = su[r - 1];
+            const T sigma = sqrt(head2 + xl * xl);
+            const T alpha = xl >= T(0) ? -sigma : sigma;
+            const bool act = head2 > T(0);
+            su[r - 1] = act ? xl - alpha : T(0);         // (act false: x_k = 0 below, so u = 0)
+            beta[r] = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
+            e[r - 1] = act ? alpha : xl;
+        }
+        __syncthreads();
+        const T inv_b = beta[r];
+        const T ui = active && i < r ? su[i] : T(0);
+        T pi = 0;
+        if (active && i < r) {                           // p = W u / b   (eq. 12)
+#pragma unroll
+            for (int k0 = 0; k0 < NV; k0 += V) {
+                T c[V];
+                load16(su + k0, c);
+#pragma unroll
+                for (int t = 0; t < V; ++t) pi += w[k0 + t] * c[t];
+                if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());
+            }
+            pi *= inv_b;
+        }
+        sp[i] = pi;
+        if (active && i < r) W[i * S + r] = ui;          // u_r in column r (for apply_q)
+        __syncthreads();
+        T up = 0;                                        // u.p
+#pragma unroll
+        for (int k0 = 0; k0 < NV; k0 += V) {
+            T c[V], g[V];
+            load16(su + k0, c);
+            load16(sp + k0, g);
+#pragma unroll
+            for (int t = 0; t < V; ++t) up += c[t] * g[t];
+            if (k0 % (4 * V) == 3 * V) __syncwarp();
+        }
+        // W -= q u^T + u q^T (eq. 13) with q = p - B u, B = u.p / (2b): row i -= (p_i - 2 B u_i) u^T + u_i p^T
+        const T ci = pi - up * inv_b * ui;
+        if (ui != T(0) || ci != T(0)) {
+#pragma unroll
+            for (int k0 = 0; k0 < NV; k0 += V) {
+                T c[V], g[V];
+                load16(su + k0, c);
+                load16(sp + k0, g);
+#pragma unroll
+                for (int t = 0; t < V; ++t) w[k0 + t] -= ci * c[t] + ui * g[t];
+                if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());   // (loads not hoisted: registers)
+            }
+        }
+    }
+    __syncthreads();
+    if (active) {
+        T di = 0;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) di = k == i ? w[k] : di;
+        d[i] = di * scale;
+        if (i == 0) {
+            beta[0] = 0;
+            if (N > 1) beta[1] = 0;
+        }
+        if (i == 1) e[0] = w[0];
+    }
+    __syncthreads();
+    if (active && i + 1 < N) e[i] *= scale;
+    __syncthreads();
+}
+
+// W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form in shared
+// memory (float64; tridiagonalize). On exit: d[k] = T_kk, e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] = 1/b_r
 // (0 where H_r = I). tmp: 2 VL scratch. All threads of the block call this (it synchronizes).
 template <typename T, int N, int S>
-__device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
+__device__ void tridiagonalize_shared(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
 {
     T* p = tmp;           // p, then q
     T* sc = tmp + N;      // scalars: [0] head2, [1] u.p, [2] scale
@@ -566,6 +682,17 @@ __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool ac
         if (i + 1 < N) e[i] *= scale;
     }
     gsync<N>();
+}
+
+// The reduction of the eigen kernels above N = 32: register rows in float32, W in shared memory in
+// float64, where the register rows were slower (H100, eigh_small kernel, 2^17 systems, shared ->
+// register rows with the back-transformation's, ms: float64 N = 48 72.6 -> 80.7, N = 64 153.0 -> 173.4,
+// at 162-168 registers; float32 N = 64 75.4 -> 58.8).
+template <typename T, int N, int S>
+__device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
+{
+    if constexpr (sizeof(T) == 4) tridiagonalize_row_regs<T, N, S>(W, d, e, beta, tmp, i, active);
+    else tridiagonalize_shared<T, N, S>(W, d, e, beta, tmp, i, active);
 }
 
 // Row i of the residual: ri += (A y)_i and rs += sum_k |A_ik|, A the symmetric matrix defined by the

@@ -72,19 +72,19 @@ def _sm_limits(device_id):
             int(at["MaxRegistersPerMultiprocessor"]))
 
 
-def _systems_per_block(n, per_system_bytes, regs, device_id):
+def _systems_per_block(n, per_system_bytes, regs, device_id, max_threads=256):
     """Systems per block of the eigen kernels, from the systems resident per SM (shared memory, registers per
     SM sub-partition, 32 blocks and 64 warps per SM). n <= 32 (whole warps of systems, at most THREADS
     threads): the largest block that keeps at least 85 % of the most resident systems, because the warps of
     a block share the instruction cache (they start together and run the same steps). n > 32 (n threads
-    per system, __syncthreads over the block): the most resident systems, then the fewest idle lanes, then
-    the smallest block. Measured on the H100 (kernel, 2^17 systems; systems per block: ms): float32 n = 32
-    4: 8.8, 2: 10.1 (12 and 14 resident); float64 n = 32 4: 31.3, 3: 23.0, 2: 22.5, 1: 24.4 (4, 6, 6, 7);
-    float32 n = 48 5: 56.3, 3: 48.0, 2: 46.5, 1: 61.9 (1: two warps for 48 threads); n = 64 float32 4: 97.0,
-    1: 90.5, float64 2: 225.3, 1: 219.3."""
+    per system, __syncthreads over the block, at most ``max_threads``: the kernel's __launch_bounds__): the
+    most resident systems, then the fewest idle lanes, then the smallest block. Measured on the H100 (kernel,
+    2^17 systems; systems per block: ms): float32 n = 32 4: 8.8, 2: 10.1 (12 and 14 resident); float64
+    n = 32 4: 31.3, 3: 23.0, 2: 22.5, 1: 24.4 (4, 6, 6, 7); float32 n = 48 5: 56.3, 3: 48.0, 2: 46.5, 1: 61.9
+    (1: two warps for 48 threads); n = 64 float32 4: 97.0, 1: 90.5, float64 2: 225.3, 1: 219.3."""
     lanes = _lanes(n)
     step = 32 // lanes if n <= 32 else 1
-    top = max(step, THREADS // lanes if n <= 32 else 256 // n)
+    top = max(step, THREADS // lanes if n <= 32 else max_threads // n)
     sm_bytes, reserved, sm_regs = _sm_limits(device_id)
     limit = _max_shared(device_id)
     warp_regs = -(-regs * 32 // 256) * 256                       # allocated per warp, in units of 256
@@ -104,16 +104,17 @@ def _systems_per_block(n, per_system_bytes, regs, device_id):
 
 
 _SPB = {}           # (id(kernel), n, bytes per system) -> _systems_per_block (a kernel is per device)
+EIGH_BLOCK_ABOVE_32 = {4: 192, 8: 256}   # eigh_small.cu, eigh_block_threads: by itemsize, above n = 32
 
 
-def _launch(fn, B, n, per_system_bytes, args_fn):
+def _launch(fn, B, n, per_system_bytes, args_fn, max_threads=256):
     """Launch an eigen kernel with _systems_per_block systems per block (chosen once per kernel)."""
     import cupy as cp
 
     key = (id(fn), n, per_system_bytes)
     spb = _SPB.get(key)
     if spb is None:                                              # (tens of microseconds of host time)
-        spb = _SPB[key] = _systems_per_block(n, per_system_bytes, fn.num_regs, cp.cuda.Device().id)
+        spb = _SPB[key] = _systems_per_block(n, per_system_bytes, fn.num_regs, cp.cuda.Device().id, max_threads)
     shmem = spb * per_system_bytes
     _prefer_shared(fn, shmem)
     grid = (B + spb - 1) // spb
@@ -341,7 +342,8 @@ def eigh_small(A):
     tree = _tree_device(n, cp.cuda.Device().id)
     fn = get_function("eigh_small.cu", "eigh_small", A.dtype, n)
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize, _eigh_matrices(n, A.dtype.itemsize)),
-            lambda spb: (A, w, V, nonfinite, asym, tree, np.int64(B), np.int32(spb)))
+            lambda spb: (A, w, V, nonfinite, asym, tree, np.int64(B), np.int32(spb)),
+            EIGH_BLOCK_ABOVE_32[A.dtype.itemsize])
     return w, V, nonfinite, asym
 
 
