@@ -28,7 +28,8 @@ INSTANCES = {
                 "ldlt_solve_rolled<double, 49>"],
     "householder_pcr.cu": ["householder_pcr_solve<float, 16, 4>", "householder_pcr_solve<float, 33, 32>",
                            "householder_pcr_solve<double, 64, 32>"],
-    "eigh_small.cu": ["eigh_small<float, 9>", "eig_truncate_solve<double, 33>"],
+    "eigh_small.cu": ["eigh_small<float, 9>", "eigh_small<float, 64>", "eig_truncate_solve<double, 33>",
+                     "eig_truncate_solve<float, 40>"],
     "eigh_jacobi.cu": ["eigh_jacobi<float, 8>", "eigh_jacobi<double, 5>"],
 }
 

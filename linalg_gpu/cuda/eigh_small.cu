@@ -78,8 +78,18 @@ __device__ __forceinline__ int packed_row(int r)
     return V * V * g * (g + 1) / 2 + (r - g * V) * (g + 1) * V;
 }
 
-// Steps R0 <= r < R1 of apply_q_columns for N > 32 (as apply_q_phase, u_r a packed row read by 16-byte
-// loads, masked past its end; four partial sums).
+// Entries k0 .. k0 + V - 1 (V = 16 / sizeof(T)) of the packed row u of u_r, 0 from r on (one 16-byte
+// load; past the row's end it reads the next rows).
+template <typename T, int V>
+__device__ __forceinline__ void load_reflector(const T* u, int k0, int r, T (&c)[V])
+{
+    load16(u + k0, c);
+#pragma unroll
+    for (int t = 0; t < V; ++t) c[t] = k0 + t < r ? c[t] : T(0);
+}
+
+// Steps R0 <= r < R1 of apply_q_columns for N > 32 (as apply_q_phase, u_r a packed row; four partial
+// sums).
 template <typename T, int N, int R0, int R1>
 __device__ __forceinline__ void apply_q_packed_phase(const T* P, const T* beta, T (&col)[N])
 {
@@ -91,29 +101,29 @@ __device__ __forceinline__ void apply_q_packed_phase(const T* P, const T* beta, 
 #pragma unroll
         for (int k0 = 0; k0 < KV; k0 += V) {
             T c[V];
-            load16(u + k0, c);
+            load_reflector(u, k0, r, c);
 #pragma unroll
             for (int t = 0; t < V; ++t)
-                if (k0 + t < R1 - 1) s4[(k0 + t) % 4] += (k0 + t < r ? c[t] : T(0)) * col[k0 + t];
-            if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());   // (loads not hoisted: registers)
+                if (k0 + t < R1 - 1) s4[(k0 + t) % 4] += c[t] * col[k0 + t];
+            pace_loads<T>(k0);
         }
         const T s = ((s4[0] + s4[1]) + (s4[2] + s4[3])) * beta[r];
 #pragma unroll
         for (int k0 = 0; k0 < KV; k0 += V) {
             T c[V];
-            load16(u + k0, c);
+            load_reflector(u, k0, r, c);
 #pragma unroll
             for (int t = 0; t < V; ++t)
-                if (k0 + t < R1 - 1) col[k0 + t] -= (k0 + t < r ? c[t] : T(0)) * s;
-            if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());
+                if (k0 + t < R1 - 1) col[k0 + t] -= c[t] * s;
+            pace_loads<T>(k0);
         }
     }
     if constexpr (R1 < N) apply_q_packed_phase<T, N, R1, (R1 + 8 < N ? R1 + 8 : N)>(P, beta, col);
 }
 
-// Whether the back-transformation reads packed rows (float32 above N = 32; see tridiagonalize).
+// Whether the back-transformation reads packed rows (its columns in registers above N = 32).
 template <typename T, int N>
-__host__ __device__ constexpr bool packed_reflectors() { return N > 32 && sizeof(T) == 4; }
+__host__ __device__ constexpr bool packed_reflectors() { return N > 32 && rows_in_registers<T>(); }
 
 // N <- Q_h N for the matrix of eigenvectors: thread c owns column c, in registers (N <= 32 and
 // packed_reflectors), the steps in rolled phases of 8 (unrolled, they were 1.4k instructions of
@@ -148,16 +158,15 @@ __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool act
 
 // The reflectors u_r (column r of W above the diagonal, r >= 2) to the system's N x N output (TO_OUT),
 // u_r into row r, or back: into column r of W, or as the packed rows of apply_q_columns
-// (packed_reflectors; by cp.async, all in flight at once). Thread c moves entry c of each; every thread of the block calls
-// this (it synchronizes).
+// (packed_reflectors; by cp.async, all in flight at once). Thread c moves entry c of each; every
+// thread of the block calls this (it synchronizes).
 template <typename T, int N, int S, bool TO_OUT>
 __device__ void move_reflectors(T* W, T* out, int c, bool active)
 {
     gsync<N>();
     if (active) {
 #pragma unroll 8
-        for (int r = c + 1; r < N; ++r) {
-            if (r < 2) continue;
+        for (int r = max(c + 1, 2); r < N; ++r) {
             if constexpr (TO_OUT) out[r * N + c] = W[c * S + r];
             else if constexpr (!packed_reflectors<T, N>()) W[c * S + r] = out[r * N + c];
             else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
@@ -169,7 +178,7 @@ __device__ void move_reflectors(T* W, T* out, int c, bool active)
     gsync<N>();
 }
 
-// The most threads per block of eigh_small (_gpu.eigh_block_threads). float32 above N = 32: 192, and
+// The most threads per block of eigh_small (_gpu.EIGH_BLOCK_ABOVE_32). float32 above N = 32: 192, and
 // two blocks per SM in __launch_bounds__, a cap of 170 registers, which keeps the register rows of the
 // reduction and of the back-transformation from spilling (uncapped, ptxas gave N = 33 and 48 64-80
 // registers with spills).
@@ -177,9 +186,9 @@ template <typename T, int N>
 __host__ __device__ constexpr int eigh_block_threads() { return Group<N>::WARP ? 128 : (sizeof(T) == 4 ? 192 : 256); }
 
 template <typename T, int N>
-__global__ void __launch_bounds__(eigh_block_threads<T, N>(), packed_reflectors<T, N>() ? 2 : 1) eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs,
-                           bool* __restrict__ nonfinite, T* __restrict__ asym,
-                           const int* __restrict__ tree, long long batch, int spb)
+__global__ void __launch_bounds__(eigh_block_threads<T, N>(), packed_reflectors<T, N>() ? 2 : 1)
+eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs, bool* __restrict__ nonfinite,
+           T* __restrict__ asym, const int* __restrict__ tree, long long batch, int spb)
 {
     constexpr int S = EigLayout<T, N, eigh_mats<T, N>()>::S;
     extern __shared__ __align__(16) unsigned char smem_raw[];

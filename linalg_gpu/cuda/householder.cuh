@@ -494,8 +494,23 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
     }
 }
 
+// Whether the eigen kernels above N = 32 hold the reduction's rows and the back-transformation's
+// columns in registers: float32 only (float64 was slower; see tridiagonalize).
+template <typename T>
+__host__ __device__ constexpr bool rows_in_registers() { return sizeof(T) == 4; }
+
+// At the end of chunk k0 of an unrolled loop of 16-byte loads over a row: a __syncwarp after every fourth
+// load, so that ptxas does not hoist the whole row's loads ahead of their FMAs (float32 N = 64: 215
+// registers; spills in float64).
+template <typename T>
+__device__ __forceinline__ void pace_loads(int k0)
+{
+    constexpr int V = 16 / sizeof(T);
+    if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());
+}
+
 // W: N x S working copy of the symmetric matrix (full), reduced to tridiagonal form (eq. 11-13) with
-// thread i holding row i in registers (float32 above N = 32, the system's N threads meeting
+// thread i holding row i in registers (rows_in_registers, above N = 32: the system's N threads meeting
 // at __syncthreads). Step r: the owner of row r makes u (eq. 11) from its row and broadcasts it
 // through tmp with its scalars (beta[r], e[r - 1]); thread i < r forms p_i = (W u)_i / b (eq. 12) and
 // broadcasts it through tmp + VL; every thread takes u.p from the two vectors, then its row's rank-2
@@ -562,7 +577,7 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
                 load16(su + k0, c);
 #pragma unroll
                 for (int t = 0; t < V; ++t) pi += w[k0 + t] * c[t];
-                if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());
+                pace_loads<T>(k0);
             }
             pi *= inv_b;
         }
@@ -577,7 +592,7 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
             load16(sp + k0, g);
 #pragma unroll
             for (int t = 0; t < V; ++t) up += c[t] * g[t];
-            if (k0 % (4 * V) == 3 * V) __syncwarp();
+            pace_loads<T>(k0);
         }
         // W -= q u^T + u q^T (eq. 13) with q = p - B u, B = u.p / (2b): row i -= (p_i - 2 B u_i) u^T + u_i p^T
         const T ci = pi - up * inv_b * ui;
@@ -589,7 +604,7 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
                 load16(sp + k0, g);
 #pragma unroll
                 for (int t = 0; t < V; ++t) w[k0 + t] -= ci * c[t] + ui * g[t];
-                if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());   // (loads not hoisted: registers)
+                pace_loads<T>(k0);
             }
         }
     }
@@ -611,8 +626,9 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
 }
 
 // W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form in shared
-// memory (float64; tridiagonalize). On exit: d[k] = T_kk, e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] = 1/b_r
-// (0 where H_r = I). tmp: 2 VL scratch. All threads of the block call this (it synchronizes).
+// memory (float64; tridiagonalize). On exit: d[k] = T_kk, e[k] = T_k+1,k, column r of W (rows < r)
+// holds u_r and beta[r] = 1/b_r (0 where H_r = I). tmp: 2 VL scratch. All threads of the block call
+// this (it synchronizes).
 template <typename T, int N, int S>
 __device__ void tridiagonalize_shared(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
 {
@@ -691,7 +707,7 @@ __device__ void tridiagonalize_shared(T* W, T* d, T* e, T* beta, T* tmp, int i, 
 template <typename T, int N, int S>
 __device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
 {
-    if constexpr (sizeof(T) == 4) tridiagonalize_row_regs<T, N, S>(W, d, e, beta, tmp, i, active);
+    if constexpr (rows_in_registers<T>()) tridiagonalize_row_regs<T, N, S>(W, d, e, beta, tmp, i, active);
     else tridiagonalize_shared<T, N, S>(W, d, e, beta, tmp, i, active);
 }
 
