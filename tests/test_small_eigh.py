@@ -105,6 +105,55 @@ def test_tridiag_eigh_diagonal_and_zero(dtype):
     check_eigenpairs(tridiag_dense(d, e), w, V, np.sort(d.astype(np.float64), axis=-1), dtype)
 
 
+def _secular_problems(rng, K, G, dtype, close):
+    """G secular equations 1/r + sum zz / (p - lam) = 0 of K poles (ascending, at least 1e-3 apart, or
+    with close pairs 1e-7..1e-5 apart), weights zz log-uniform over 7 decades, summing to 1 (as the merges
+    normalize them; small weights put roots near their poles), r in [0.01, 2]."""
+    p = np.sort(rng.uniform(-1, 1, (G, K)), axis=1)
+    p[:, 1:] = p[:, :1] + np.cumsum(np.maximum(np.diff(p, axis=1), 1e-3), axis=1)
+    if close:
+        p[:, 1::2] = p[:, 0::2][:, :K // 2] + 10.0 ** rng.uniform(-7, -5, (G, K // 2))
+    zz = 10.0 ** rng.uniform(-7, 0, (G, K))
+    zz /= zz.sum(axis=1, keepdims=True)
+    r = rng.uniform(0.01, 2, G)
+    return tuple(a.astype(dtype) for a in (p, zz, r))
+
+
+def _secular_roots(p, zz, r):
+    """The twin's roots (eq. 16; cuda/tridiag_eigh.cuh secular_root), (G, K)."""
+    import importlib
+
+    te = importlib.import_module("linalg_gpu.small.tridiag_eigh")
+    G, K = p.shape
+    lam, _ = te._secular_roots_bl(p.T.copy(), zz.T.copy(), np.ones((K, G), bool), r, np.full(G, K))
+    return lam.T
+
+
+@pytest.mark.parametrize("close", [False, True], ids=["apart", "close_pairs"])
+@pytest.mark.parametrize("K", [2, 5, 16])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_secular_roots_against_mpmath(rng, dtype, K, close):
+    """The merges' secular solver (dlaed4's starts; for the last root its model, the last pole exact and
+    the rest fitted to f'): every root within 10 K eps (max |p| + r) of the eigenvalues of
+    diag(p) + r w w^T (w^2 = zz) by mpmath at 40 digits."""
+    import mpmath
+
+    G = 24
+    p, zz, r = _secular_problems(rng, K, G, dtype, close)
+    ref = np.empty((G, K))
+    with mpmath.workdps(40):
+        for g in range(G):
+            w = [mpmath.sqrt(mpmath.mpf(float(z))) for z in zz[g]]
+            M = mpmath.matrix(K, K)
+            for i in range(K):
+                for j in range(K):
+                    M[i, j] = mpmath.mpf(float(r[g])) * w[i] * w[j] + (mpmath.mpf(float(p[g, i])) if i == j else 0)
+            ref[g] = sorted(float(x) for x in mpmath.eigsy(M, eigvals_only=True))
+    tol = 10 * K * eps(dtype) * (np.abs(p).max(axis=1) + r)
+    err = np.abs(_secular_roots(p, zz, r).astype(np.float64) - ref)
+    assert (err <= tol[:, None]).all(), (err / tol[:, None]).max()
+
+
 def test_tridiag_eigh_batch_independence(rng):
     """A hard system in the batch does not change the results of the others."""
     n = 21

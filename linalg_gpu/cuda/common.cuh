@@ -25,13 +25,23 @@ __device__ __forceinline__ void load16(const double* p, double* c)
     c[0] = v.x; c[1] = v.y;
 }
 
+// At the end of chunk k0 of an unrolled loop of 16-byte loads over a row: a __syncwarp after every fourth
+// load, so that ptxas does not hoist the whole row's loads ahead of their FMAs (the reduction of
+// float32 N = 64: 215 registers, spills in float64; merge_row of float64 N = 33: 167 registers, 117
+// with it).
+template <typename T>
+__device__ __forceinline__ void pace_loads(int k0)
+{
+    constexpr int V = 16 / sizeof(T);
+    if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());
+}
+
 // 1 / x without the IEEE slow-path branch of a division (any x): in float64 the hardware estimate
 // and two Newton steps, within about 1 ulp (|x| outside [2^-900, 2^900] is scaled by 2^-+200 so that
 // the .ftz estimate sees a normal number and returns one); in float32 rcp.approx (1 ulp, subnormals
 // kept). 1 / 0 is NaN in float64 (inf in float32). Used where the reciprocal sits on a chain of
 // dependent steps: the float64 Householder steps and the PCR (householder.cuh, householder_pcr.cu),
-// the LDL^T pivots (ldlt.cu, N > 48), and the secular sums, Loewner products and eq. (17) of the
-// divide and conquer (tridiag_eigh.cuh).
+// the LDL^T pivots (ldlt.cu, N > 48).
 template <typename T> __device__ __forceinline__ T fast_rcp(T x)
 {
     if constexpr (sizeof(T) == 4) {
@@ -47,6 +57,27 @@ template <typename T> __device__ __forceinline__ T fast_rcp(T x)
         y = fma(y, fma(-xs, y, 1.0), y);
         y = fma(y, fma(-xs, y, 1.0), y);
         return y * s;
+    }
+}
+
+// 1 / x for x of a scaled computation, 2^-126 <= |x| (float32) or 2^-1022 <= |x| (float64): fast_rcp
+// without its range handling (the .ftz estimate; float64 two Newton steps). A smaller |x| gives inf
+// (float32) or NaN (float64), as x = 0 does in fast_rcp. Used by the divide and conquer, whose
+// matrix is scaled to max |entry| = 1 and whose pole differences are kept apart by the deflation
+// (tridiag_eigh.cuh: the secular sums, Loewner products and eq. (17)): in float32 the range handling
+// of rcp.approx was 6 of the about 20 instructions of a secular term (Nsight Compute, n = 32), in float64 that
+// of fast_rcp 7 % of all instructions of eigh_small<double, 32>.
+template <typename T> __device__ __forceinline__ T scaled_rcp(T x)
+{
+    if constexpr (sizeof(T) == 4) {
+        float y;
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+        return y;
+    } else {
+        double y;
+        asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(x));
+        y = fma(y, fma(-x, y, 1.0), y);
+        return fma(y, fma(-x, y, 1.0), y);
     }
 }
 

@@ -10,7 +10,8 @@
 #include "householder.cuh"
 #include "tridiag_eigh.cuh"
 
-// Per system: MATS matrices of N x S (W, Q and, for MATS = 3, V), then VECS vectors VL apart: d, e,
+// Per system: MATS matrix slots ML apart (W and Q, N x S; V, N x dc_v_stride: for MATS = 3 its own
+// slot, else W's), then VECS vectors VL apart: d, e,
 // beta, tmp (2), the divide and conquer's nine, and for eig_truncate_solve y and the group scratch of
 // N + 1 after it. With MATS = 2 V shares W's storage: the reflectors wait in the output during the
 // divide and conquer (move_reflectors), and 14 vectors. H100 (227 KB of shared memory per SM, 1 KB
@@ -26,7 +27,8 @@ __host__ __device__ constexpr int eigh_mats() { return sizeof(T) == 4 && N > 16 
 template <typename T, int N, int MATS>
 struct EigLayout {
     static constexpr int S = HHLayout<N>::S, VL = HHLayout<N>::VL, VECS = MATS == 3 ? 20 : 14;
-    static constexpr int PER = MATS * HHLayout<N>::WL + VECS * VL;
+    static constexpr int ML = HHLayout<N>::WL > N * dc_v_stride<N>() ? HHLayout<N>::WL : N * dc_v_stride<N>();
+    static constexpr int PER = MATS * ML + VECS * VL;
 };
 
 template <typename T, int N, int MATS>
@@ -34,12 +36,12 @@ __device__ void eig_setup(const T* A, long long sys0, int nsys, int spb, T* smem
                           T*& W, T*& d, T*& e, T*& beta, T*& tmp, T*& y, DCScratch<T>& sc, int local)
 {
     using L = EigLayout<T, N, MATS>;
-    constexpr int S = L::S, PER = L::PER, VL = L::VL, WL = HHLayout<N>::WL;
+    constexpr int S = L::S, PER = L::PER, VL = L::VL, ML = L::ML;
     stage_matrices<T, N, S, PER>(A + sys0 * N * N, smem, nsys);
     W = smem + (size_t)local * PER;
-    sc.Q = W + WL;
-    sc.V = MATS == 3 ? sc.Q + WL : W;
-    T* v = sc.Q + (MATS - 1) * WL;
+    sc.Q = W + ML;
+    sc.V = MATS == 3 ? sc.Q + ML : W;
+    T* v = sc.Q + (MATS - 1) * ML;
     d = v; e = v + VL; beta = v + 2 * VL; tmp = v + 3 * VL;
     sc.lam = v + 5 * VL; sc.dt = v + 6 * VL; sc.dd = v + 7 * VL; sc.z = v + 8 * VL; sc.P = v + 9 * VL;
     sc.Z = v + 10 * VL; sc.O = v + 11 * VL; sc.TAU = v + 12 * VL; sc.sc = v + 13 * VL;

@@ -499,16 +499,6 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
 template <typename T>
 __host__ __device__ constexpr bool rows_in_registers() { return sizeof(T) == 4; }
 
-// At the end of chunk k0 of an unrolled loop of 16-byte loads over a row: a __syncwarp after every fourth
-// load, so that ptxas does not hoist the whole row's loads ahead of their FMAs (float32 N = 64: 215
-// registers; spills in float64).
-template <typename T>
-__device__ __forceinline__ void pace_loads(int k0)
-{
-    constexpr int V = 16 / sizeof(T);
-    if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());
-}
-
 // W: N x S working copy of the symmetric matrix (full), reduced to tridiagonal form (eq. 11-13) with
 // thread i holding row i in registers (rows_in_registers, above N = 32: the system's N threads meeting
 // at __syncthreads). Step r: the owner of row r makes u (eq. 11) from its row and broadcasts it

@@ -16,7 +16,8 @@
 
 template <typename T>
 struct DCScratch {
-    T *Q, *V;                     // N x S each: eigenvectors (block diagonal per node), V of a merge
+    T *Q, *V;                     // eigenvectors (N x S, block diagonal per node); V of a merge (rows st..,
+                                  // columns from st rounded down to a multiple of 4, row stride dc_v_stride)
     T *lam, *dt, *dd, *z, *P, *Z, *O, *TAU, *sc;   // N each (sc: scalars)
     int *perm, *idx, *defl, *close;                // N each (close: per merge, at its start)
 };
@@ -51,24 +52,30 @@ __device__ void secular_root(const T* p, const T* w, int K, int j, T r, T& o_out
     T zsum = 0;                                               // (the last root's bracket)
     if (last) for (int k = 0; k < K; ++k) zsum += w[k] * w[k];
     const T gap = last ? T(1) : p[jn] - p[j];
-    T fm = rinv;                                              // f at the middle, origin p_j
-    if (!last) for (int k = 0; k < K; ++k) fm += w[k] * w[k] / ((p[k] - p[j]) - gap / 2);
+    // f at the middle of the bracket, origin p_j: of (p_j, p_j+1), or of the last root's (0, r |w|^2]
+    const T mid = last ? r * zsum / 2 : gap / 2;
+    T fm = rinv;
+    for (int k = 0; k < K; ++k) fm += w[k] * w[k] * scaled_rcp((p[k] - p[j]) - mid);
     const bool left = last || fm >= T(0);                    // the nearer pole is the left one
     const T o = left ? p[j] : p[jn];
     T lo = left ? T(0) : -gap / 2;
     T hi = last ? r * zsum : (left ? gap / 2 : T(0));
+    if (last && fm <= T(0)) lo = mid;                         // f increases past the last pole
+    else if (last) hi = mid;
     const int ia = j;
     int ib = last ? j - 1 : j + 1;
     const bool single = ib < 0;
     if (single) ib = 0;
-    // dlaed4's start: the two-pole model with the rest of f frozen at the middle
+    // dlaed4's start: the two-pole model with the rest of f frozen at the middle (the last root: its
+    // pole and the one before, dlaed4's case i = n)
     const T zj = w[j] * w[j], zn = w[jn] * w[jn];
-    T tau = last ? (lo + hi) / 2
+    const T zb = single ? T(0) : w[ib] * w[ib], pb = single ? T(0) : p[ib] - p[j];
+    T tau = last ? model_step(fm + zj / mid - zb / (pb - mid), T(0), pb, zj, zb, single, T(0), lo, hi)
                  : model_step(fm + (zj - zn) / (gap / 2), p[j] - o, p[jn] - o, zj, zn, false, T(0), lo, hi);
     for (int it = 0;; ++it) {
         T f = rinv, f1 = 0, f2 = 0, ab = 0;
         for (int k = 0; k < K; ++k) {
-            const T rdl = fast_rcp((p[k] - o) - tau);        // one reciprocal per term
+            const T rdl = scaled_rcp((p[k] - o) - tau);      // one reciprocal per term
             const T q = w[k] * w[k] * rdl;
             f += q; f1 += q * rdl; f2 += q * rdl * rdl; ab += fabs(q);
         }
@@ -81,7 +88,11 @@ __device__ void secular_root(const T* p, const T* w, int K, int j, T r, T& o_out
         const T a = (p[ia] - o) - tau, b = (p[ib] - o) - tau;
         T sv, Sv, c0;
         if (single) { sv = a * a * f1; Sv = 0; c0 = f - sv / a; }
-        else {
+        else if (last) {                                      // dlaed4's i = n: the last pole exact,
+            sv = zj;                                          // the rest fitted to f' (Gragg's fit to
+            Sv = b * b * (f1 - zj / (a * a));                 // f'' failed near a close pair)
+            c0 = f - sv / a - Sv / b;
+        } else {
             sv = a * a * a * (f1 - b * f2 / 2) / (a - b);
             Sv = b * b * b * (f1 - a * f2 / 2) / (b - a);
             c0 = f - sv / a - Sv / b;
@@ -92,33 +103,64 @@ __device__ void secular_root(const T* p, const T* w, int K, int j, T r, T& o_out
     tau_out = tau;
 }
 
-// Step 4 for the row st + j of a merge (m rows, K undeflated): the row's old entries (columns in
-// sorted, compressed order) times [V | I], written back in eigenvalue order. M >= m bounds the
-// merge size of the round, so the row stays in registers.
-template <typename T, int S, int M>
-__device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, int m, int K)
+// The row stride of V (N x dc_v_stride<N>() of storage): 16-byte rows for merge_row.
+template <int N>
+__host__ __device__ constexpr int dc_v_stride() { return (N + 3) / 4 * 4; }
+
+// Step 4 for the row st + j of a merge (m rows): the row's old entries (columns in sorted,
+// compressed order) times V = [V_K 0; 0 I] (step h), written back in eigenvalue order. M >= m
+// bounds the merge size of the round: the row's new entries are M sums in registers, and each row
+// of V is read by 16-byte loads that every thread of the merge shares (the loop over the rows of V
+// outside: one load per 4 (float32) or 2 (float64) FMAs; with the columns outside, each FMA waited
+// for a load of its own, and the loads were 13 % of the instructions of eigh_small<float, 32>).
+// The sums run over the rows in the same order as before, and the zeros of V add exact zeros.
+template <typename T, int S, int VS, int M>
+__device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, int m)
 {
+    constexpr int V = 16 / sizeof(T);
     const int row = st + j;
-    T old[M];
+    const T* vr = s.V + st * VS + (st & ~3);
+    T acc[M];
 #pragma unroll
-    for (int c = 0; c < M; ++c) old[c] = c < m ? s.Q[row * S + st + s.perm[st + s.idx[st + c]]] : T(0);
-    for (int c = 0; c < m; ++c) {
-        T v = 0;
-        if (c < K) {
+    for (int c = 0; c < M; ++c) acc[c] = T(0);
+    const T* q = s.Q + row * S + st;
+    const int* col = s.perm + st;
+    const int* ord = s.idx + st;
+    T old = m > 0 ? q[col[ord[0]]] : T(0);
+#pragma unroll 1
+    for (int k = 0; k < m; ++k) {
+        const T next = k + 1 < m ? q[col[ord[k + 1]]] : T(0);     // (its loads beside the FMAs)
 #pragma unroll
-            for (int k = 0; k < M; ++k) if (k < K) v += old[k] * s.V[(st + k) * S + st + c];
-        } else {
+        for (int c0 = 0; c0 < M; c0 += V) {
+            T v[V];
+            load16(vr + k * VS + c0, v);
 #pragma unroll
-            for (int k = 0; k < M; ++k) if (k == c) v = old[k];
+            for (int t = 0; t < V; ++t)
+                if (c0 + t < M) acc[c0 + t] = fma(old, v[t], acc[c0 + t]);
+            pace_loads<T>(c0);
         }
-        s.Q[row * S + st + s.defl[st + c]] = v;
+        old = next;
     }
+#pragma unroll
+    for (int c = 0; c < M; ++c)
+        if (c < m) s.Q[row * S + st + s.defl[st + c]] = acc[c];
+}
+
+// merge_row with the least bound M of 4, 8, 16, ... (N at most) that holds the round's merges.
+template <typename T, int N, int S, int M = 4>
+__device__ __forceinline__ void merge_row_bounded(const DCScratch<T>& s, int st, int j, int m, int mmax)
+{
+    constexpr int VS = dc_v_stride<N>();
+    if constexpr (M >= N) merge_row<T, S, VS, N>(s, st, j, m);
+    else if (mmax <= M) merge_row<T, S, VS, M>(s, st, j, m);
+    else merge_row_bounded<T, N, S, 2 * M>(s, st, j, m, mmax);
 }
 
 template <typename T, int N, int S>
 __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const int* tree, int i, bool active)
 {
     const T eps_ = eps<T>();
+    constexpr int VS = dc_v_stride<N>();
     T* Q = s.Q;  T* V = s.V;
     // scale
     if (active && i == 0) {
@@ -275,22 +317,28 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             const T* p = s.dd + st;
             T wprod = (p[j] - s.O[i]) - s.TAU[i];
             for (int q = 0; q < K; ++q)
-                if (q != j) wprod *= ((p[j] - s.O[st + q]) - s.TAU[st + q]) * fast_rcp(p[j] - p[q]);
+                if (q != j) wprod *= ((p[j] - s.O[st + q]) - s.TAU[st + q]) * scaled_rcp(p[j] - p[q]);
             T zt = sqrt(fmax(-wprod, T(0)));
             s.dt[i] = s.z[i] >= T(0) ? zt : -zt;
         }
         gsync<N>();
-        // h. V[:, j] = u~ / (p - lam_j), normalized (eq. 17); thread j writes column j
-        if (in && j < K) {
-            const T* p = s.dd + st;
-            T nrm = 0;
-            for (int k = 0; k < K; ++k) {
-                T v = s.dt[st + k] * fast_rcp((p[k] - s.O[i]) - s.TAU[i]);
-                V[(st + k) * S + i] = v;
-                nrm += v * v;
+        // h. V = [V_K 0; 0 I] (m x m), its first K columns by eq. (17): V[:, j] = u~ / (p - lam_j),
+        // normalized; thread j writes column j. A merge's columns start at st rounded down to a
+        // multiple of 4: 16-byte aligned rows for merge_row, and the merges of a warp on other banks.
+        if (in) {
+            T* vc = V + st * VS + (st & ~3) + j;
+            if (j < K) {
+                const T* p = s.dd + st;
+                T nrm = 0;
+                for (int k = 0; k < K; ++k) {
+                    T v = s.dt[st + k] * scaled_rcp((p[k] - s.O[i]) - s.TAU[i]);
+                    vc[k * VS] = v;
+                    nrm += v * v;
+                }
+                nrm = T(1) / sqrt(nrm);
+                for (int k = 0; k < K; ++k) vc[k * VS] *= nrm;
             }
-            nrm = T(1) / sqrt(nrm);
-            for (int k = 0; k < K; ++k) V[(st + k) * S + i] *= nrm;
+            for (int k = j < K ? K : 0; k < m; ++k) vc[k * VS] = k == j ? T(1) : T(0);
         }
         // new eigenvalues in merge order (K secular roots, then deflated poles), then their ranks
         if (in) s.Z[i] = j < K ? s.O[i] + s.TAU[i] : s.P[st + s.idx[i]];
@@ -303,22 +351,8 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
             s.lam[st + rank] = li;
         }
         gsync<N>();
-        // i. rows st..st+m-1: new row = old row (columns perm-ordered) times [V | I]. N <= 32: two
-        // instantiations of merge_row, not one per power of 2 (31 of the 111 KB of eigh_small<float, 32>;
-        // kernel, 2^17 systems, H100: float32 N = 32 8.80 against 8.95 ms, float64 N = 24 11.7 against
-        // 12.6); above, float64 N = 64 took 233 against 225 ms with two.
-        if (in) {
-            if constexpr (N <= 32) {                            // two bounds: less code
-                if (mmax <= 8) merge_row<T, S, (N < 8 ? N : 8)>(s, st, j, m, K);
-                else merge_row<T, S, N>(s, st, j, m, K);
-            } else {
-                if (mmax <= 4) merge_row<T, S, 4>(s, st, j, m, K);
-                else if (mmax <= 8) merge_row<T, S, 8>(s, st, j, m, K);
-                else if (mmax <= 16) merge_row<T, S, 16>(s, st, j, m, K);
-                else if (mmax <= 32) merge_row<T, S, 32>(s, st, j, m, K);
-                else merge_row<T, S, N>(s, st, j, m, K);
-            }
-        }
+        // i. rows st..st+m-1: new row = old row (columns perm-ordered) times V
+        if (in) merge_row_bounded<T, N, S>(s, st, j, m, mmax);
         gsync<N>();
     }
     if (active) s.lam[i] *= scale;

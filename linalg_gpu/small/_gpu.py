@@ -285,10 +285,11 @@ def householder_pcr_stage(A, b):
 
 
 def _eig_bytes(n, itemsize, matrices=3):
-    """Shared bytes per system of the eigen kernels (EigLayout): ``matrices`` N x S matrices and 20
-    vectors (eig_truncate_solve), or 2 and 14, and the integer arrays."""
+    """Shared bytes per system of the eigen kernels (EigLayout): ``matrices`` matrix slots (N x S, or
+    N x VL for the divide and conquer's V) and 20 vectors (eig_truncate_solve), or 2 and 14, and the
+    integer arrays."""
     wl, vl = _hh_layout(n)
-    return (matrices * wl + (20 if matrices == 3 else 14) * vl) * itemsize + 4 * n * 4
+    return (matrices * max(wl, n * vl) + (20 if matrices == 3 else 14) * vl) * itemsize + 4 * n * 4
 
 
 def _eigh_matrices(n, itemsize):

@@ -113,23 +113,28 @@ def _secular_roots_bl(p, zz, valid, r, k):
     pn = P[np.minimum(jj + 1, K - 1), np.arange(jj.size)]              # (m,) right pole
     gap = np.where(last, 1, pn - pj)
     upper = r[gg] * Z.sum(0)                                           # last root in (p_{k-1}, p_{k-1}+upper]
-    fmid = rinv + (Z / (P - pj - gap / 2)).sum(0)                      # f at the middle, origin p_j
+    mid = np.where(last, upper / 2, gap / 2)                           # the middle of the bracket
+    fmid = rinv + (Z / (P - pj - mid)).sum(0)                          # f at the middle, origin p_j
     left = last | (fmid >= 0)                                          # nearer pole is the left one
     o = np.where(left, pj, pn)                                         # (m,) origin
     delta = P - o                                                      # (K, m) p_i - o, exact
     lo = np.where(last | left, 0, -gap / 2)
     hi = np.where(last, upper, np.where(left, gap / 2, 0))
+    lo = np.where(last & (fmid <= 0), mid, lo)                         # f increases past the last pole
+    hi = np.where(last & (fmid > 0), mid, hi)
     ia = jj                                                            # Gragg's two poles:
     ib = np.where(last, jj - 1, jj + 1)                                # j, j+1 inside; j, j-1 last
     single = ib < 0                                                    # one pole only (k == 1)
     ib = np.clip(ib, 0, K - 1)
     # Start inside: the two-pole model with the rest of f frozen at the middle of the interval
-    # (dlaed4's initial guess); the last root starts at the middle of its bracket.
+    # (dlaed4's initial guess; the last root: its pole and the one before, dlaed4's case i = n).
     cols = np.arange(jj.size)
     zj, zn = Z[jj, cols], Z[np.minimum(jj + 1, K - 1), cols]
+    zb, pb = np.where(single, 0, Z[ib, cols]), np.where(single, 0, P[ib, cols] - pj)
     c_init = fmid + (zj - zn) / (gap / 2)
     guess = _model_step(c_init, pj - o, pn - o, zj, zn, np.zeros(jj.size, dtype=bool), 0, lo, hi)
-    tau = np.where(last, (lo + hi) / 2, guess)
+    c_last = fmid + zj / mid - zb / (pb - mid)
+    tau = np.where(last, _model_step(c_last, 0, pb, zj, zb, single, 0, lo, hi), guess)
     act = np.arange(jj.size)                                           # not yet converged
     for it in range(_MAX_SECULAR_ITER + 1):
         full = act.size == jj.size                                     # no gathers while all are active
@@ -159,8 +164,11 @@ def _secular_roots_bl(p, zz, valid, r, k):
         a, b = Dl[ia[act], cols], Dl[ib[act], cols]                    # p_a - lam, p_b - lam
         sg = single[act]
         ab = np.where(sg, 1, a - b)
-        s_ = np.where(sg, a * a * f1, a ** 3 * (f1 - b * f2 / 2) / ab)
-        S_ = np.where(sg, 0, b ** 3 * (f1 - a * f2 / 2) / -ab)
+        ls = last[act] & ~sg                                           # dlaed4's i = n: the last pole
+        za = Z[ia[act], act]                                           # exact, the rest fitted to f'
+        # (Gragg's fit to f'' below took up to 18 iterations next to a close pair)
+        s_ = np.where(sg, a * a * f1, np.where(ls, za, a ** 3 * (f1 - b * f2 / 2) / ab))
+        S_ = np.where(sg, 0, np.where(ls, b * b * (f1 - za / (a * a)), b ** 3 * (f1 - a * f2 / 2) / -ab))
         c0 = f - s_ / a - np.where(sg, 0, S_ / b)
         tau[act] = _model_step(c0, a, b, s_, S_, sg, t, l_, h_)
     lam = np.zeros((K, G), dtype=p.dtype)
