@@ -60,6 +60,10 @@ def test_block_hyperbolic_kernel_against_numpy_twin(rng, dtype, K):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.complex64])
 @pytest.mark.parametrize("K", [32, 64])
 def test_block_hz_kernel_against_numpy_twin(rng, dtype, K):
+    """One sweep against the twin: float64 V per matrix within 1e4 K eps max|V| or 8 times what the
+    twin's own V moves when A is perturbed by 8 eps (the most over 6 perturbations). float64 K = 64, seed
+    185610791244550638113983292701197220220: one entry of 16384 differed by 1.03 times the first bound
+    (it failed about one run in 30), and the twin's V moved there by up to 2.3 times it."""
     X, Y = _randn(rng, (4, K, 3 * K), dtype), _randn(rng, (4, K, 2 * K), dtype)
     A = (_hi(X) @ _adj(_hi(X))).astype(dtype)
     B = (_hi(Y) @ _adj(_hi(Y))).astype(dtype)
@@ -69,7 +73,13 @@ def test_block_hz_kernel_against_numpy_twin(rng, dtype, K):
     big_gpu = cp.asnumpy(big_gpu)
     if np.finfo(dtype).eps < 1e-10:
         assert np.array_equal(big_gpu, big_np)                                      # all big in the first sweep
-        np.testing.assert_allclose(cp.asnumpy(V_gpu), V_np, rtol=0, atol=1e4 * K * _eps(dtype) * np.abs(V_np).max())
+        moved = np.zeros(len(A))
+        for _ in range(6):
+            P = A * (1 + 8 * _eps(dtype) * rng.standard_normal(A.shape))
+            V_p, _ = block_hz(((P + _adj(P)) / 2).astype(dtype), B, tol, 1)
+            moved = np.maximum(moved, np.abs(V_p - V_np).max(axis=(1, 2)))
+        err = np.abs(cp.asnumpy(V_gpu) - V_np).max(axis=(1, 2))
+        assert (err <= np.maximum(1e4 * K * _eps(dtype) * np.abs(V_np).max(), 8 * moved)).all(), (err, moved)
     else:
         # float32: of the 4 (K - 1) K / 2 decisions (rotate, swap, C1) one may sit within a rounding of its
         # threshold (rsqrt against 1 / sqrt): 1 of 3 seeds at K = 64 parted there (big 2013 vs 2012, two
