@@ -27,13 +27,34 @@ __device__ __forceinline__ void load16(const double* p, double* c)
 
 // At the end of chunk k0 of an unrolled loop of 16-byte loads over a row: a __syncwarp after every fourth
 // load, so that ptxas does not hoist the whole row's loads ahead of their FMAs (the reduction of
-// float32 N = 64: 215 registers, spills in float64; merge_row of float64 N = 33: 167 registers, 117
+// float32 N = 64: 215 registers, spills in float64; merge_row of float64 N = 33: 167 registers, 120
 // with it).
 template <typename T>
 __device__ __forceinline__ void pace_loads(int k0)
 {
     constexpr int V = 16 / sizeof(T);
     if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());
+}
+
+// 1 / x for x of a scaled computation, 2^-126 <= |x| (float32) or 2^-1022 <= |x| (float64): fast_rcp (below)
+// without its range handling (the .ftz estimate; float64 two Newton steps). A smaller |x| gives inf
+// (float32) or NaN (float64), as x = 0 does in fast_rcp. Used by the divide and conquer, whose
+// matrix is scaled to max |entry| = 1 and whose pole differences are kept apart by the deflation
+// (tridiag_eigh.cuh: the secular sums, Loewner products and eq. (17)): in float32 the range
+// handling of rcp.approx was 6 of the about 20 instructions of a secular term (Nsight Compute,
+// n = 32), in float64 that of fast_rcp 7 % of all instructions of eigh_small<double, 32>.
+template <typename T> __device__ __forceinline__ T scaled_rcp(T x)
+{
+    if constexpr (sizeof(T) == 4) {
+        float y;
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+        return y;
+    } else {
+        double y;
+        asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(x));
+        y = fma(y, fma(-x, y, 1.0), y);
+        return fma(y, fma(-x, y, 1.0), y);
+    }
 }
 
 // 1 / x without the IEEE slow-path branch of a division (any x): in float64 the hardware estimate
@@ -51,33 +72,7 @@ template <typename T> __device__ __forceinline__ T fast_rcp(T x)
     } else {
         const double ax = fabs(x);
         const double s = ax < 0x1p-900 ? 0x1p+200 : (ax > 0x1p+900 ? 0x1p-200 : 1.0);
-        const double xs = x * s;
-        double y;
-        asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(xs));
-        y = fma(y, fma(-xs, y, 1.0), y);
-        y = fma(y, fma(-xs, y, 1.0), y);
-        return y * s;
-    }
-}
-
-// 1 / x for x of a scaled computation, 2^-126 <= |x| (float32) or 2^-1022 <= |x| (float64): fast_rcp
-// without its range handling (the .ftz estimate; float64 two Newton steps). A smaller |x| gives inf
-// (float32) or NaN (float64), as x = 0 does in fast_rcp. Used by the divide and conquer, whose
-// matrix is scaled to max |entry| = 1 and whose pole differences are kept apart by the deflation
-// (tridiag_eigh.cuh: the secular sums, Loewner products and eq. (17)): in float32 the range handling
-// of rcp.approx was 6 of the about 20 instructions of a secular term (Nsight Compute, n = 32), in float64 that
-// of fast_rcp 7 % of all instructions of eigh_small<double, 32>.
-template <typename T> __device__ __forceinline__ T scaled_rcp(T x)
-{
-    if constexpr (sizeof(T) == 4) {
-        float y;
-        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-        return y;
-    } else {
-        double y;
-        asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(x));
-        y = fma(y, fma(-x, y, 1.0), y);
-        return fma(y, fma(-x, y, 1.0), y);
+        return scaled_rcp(x * s) * s;
     }
 }
 

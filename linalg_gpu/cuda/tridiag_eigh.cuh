@@ -113,7 +113,10 @@ __host__ __device__ constexpr int dc_v_stride() { return (N + 3) / 4 * 4; }
 // of V is read by 16-byte loads that every thread of the merge shares (the loop over the rows of V
 // outside: one load per 4 (float32) or 2 (float64) FMAs; with the columns outside, each FMA waited
 // for a load of its own, and the loads were 13 % of the instructions of eigh_small<float, 32>).
-// The sums run over the rows in the same order as before, and the zeros of V add exact zeros.
+// The sums run over the rows in ascending order, as the column loop before did, and the zeros of V
+// add exact zeros: the same rows, bit for bit.
+// Loads past the merge's m columns read the next row or, from V's last rows, the storage after V
+// (Q's slot, or the vectors with three matrices: the system's own); those sums are not stored.
 template <typename T, int S, int VS, int M>
 __device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, int m)
 {
