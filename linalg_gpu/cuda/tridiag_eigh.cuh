@@ -126,7 +126,7 @@ __device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, 
     T acc[M];
 #pragma unroll
     for (int c = 0; c < M; ++c) acc[c] = T(0);
-    const T* q = s.Q + row * S + st;
+    T* q = s.Q + row * S + st;                                   // the row, from the merge's start
     const int* col = s.perm + st;
     const int* ord = s.idx + st;
     T old = m > 0 ? q[col[ord[0]]] : T(0);
@@ -146,7 +146,7 @@ __device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, 
     }
 #pragma unroll
     for (int c = 0; c < M; ++c)
-        if (c < m) s.Q[row * S + st + s.defl[st + c]] = acc[c];
+        if (c < m) q[s.defl[st + c]] = acc[c];
 }
 
 // merge_row with the least bound M of 4, 8, 16, ... (N at most) that holds the round's merges.
