@@ -25,6 +25,19 @@ __device__ __forceinline__ void load16(const double* p, double* c)
     c[0] = v.x; c[1] = v.y;
 }
 
+// Two adjacent elements of shared memory, p aligned to their pair (8 bytes for float32, 16 for float64),
+// in one load.
+__device__ __forceinline__ void load_pair(const float* p, float& x, float& y)
+{
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    x = v.x; y = v.y;
+}
+__device__ __forceinline__ void load_pair(const double* p, double& x, double& y)
+{
+    const double2 v = *reinterpret_cast<const double2*>(p);
+    x = v.x; y = v.y;
+}
+
 // At the end of chunk k0 of an unrolled loop of 16-byte loads over a row: a __syncwarp after every fourth
 // load, so that ptxas does not hoist the whole row's loads ahead of their FMAs (the reduction of
 // float32 N = 64: 215 registers, spills in float64; merge_row of float64 N = 33: 167 registers, 120

@@ -13,7 +13,8 @@
 //    is a breakdown: the system is flagged and the pivot replaced by max|A_ii| so that nothing
 //    non-finite is produced.
 // 4. L is stored transposed into the (unused) upper triangle of the shared copy; L z = b by
-//    shuffles of z_j from registers, D y = z, L^T x = y by shuffles of x_j and L^T from shared.
+//    shuffles of z_j from registers (ldlt_solve_rolled: the first right-hand side's beside the
+//    factorization), D y = z, L^T x = y by shuffles of x_j and L^T from shared.
 // 5. The relative residual ||Ax - b||_inf / (||A||_inf ||x||_inf + ||b||_inf) from the lower
 //    triangle of the copy.
 // Outputs: x (B, N, nrhs), D-ratio condition estimate, residual (max over right-hand sides), ok
@@ -256,10 +257,17 @@ __device__ __forceinline__ void next_pivot(const T (&a)[2][N], int j, int q, T t
 // every column the row still has (none once K_m <= 0). The rows r >= j publish a[m][0] at
 // col[V - 1 + r - j] (two buffers of COL + V alternate: one __syncwarp per step), where the pivot row
 // publishes 1 / D_jj instead (from next_pivot), so that column j below the pivot starts 16-byte
-// aligned at col + V; L_rj goes to the upper triangle of the copy, sA[j][r].
+// aligned at col + V; L_rj goes to the upper triangle of the copy, sA[j][r]. The forward
+// substitution L z = b of the first right-hand side runs beside the steps: the pivot row publishes
+// z_j at col[V - 2] (read with 1 / D_jj in one load) and the rows r > j take z_r -= L_rj z_j, the
+// terms and the order of the substitution from sA, without its chain of shuffles after the
+// factorization. Measured (kernel, 2^18 systems, H100, outputs bitwise equal): float64 N = 64 7.53 ->
+// 7.23 ms, N = 49 5.69 -> 5.44, N = 41 4.61 -> 4.41; float32 N = 64 3.51 -> 3.54, N = 49 3.16 -> 3.15.
+// (In ldlt_solve the same, z_j by a shuffle in each step, gave float32 N = 32 2.62 -> 2.47 ms but
+// float64 N = 16 1.12 -> 1.15 and N = 32 5.47 -> 5.59, 2^20 systems: not there.)
 template <typename T, int N, int J0, int J1>
-__device__ __forceinline__ void rolled_steps(T (&a)[2][N], int q, const bool (&own)[2], T* vec, T* sA, T tol, T safe,
-                                             RolledPivots<T>& pv)
+__device__ __forceinline__ void rolled_steps(T (&a)[2][N], T (&z)[2], int q, const bool (&own)[2], T* vec, T* sA,
+                                             T tol, T safe, RolledPivots<T>& pv)
 {
     constexpr int V = 16 / sizeof(T), COL = (N + 3) / 4 * 4, S = N | 1;
     constexpr int KMAX = N - J0;                      // the longest row: the last one
@@ -270,13 +278,18 @@ __device__ __forceinline__ void rolled_steps(T (&a)[2][N], int q, const bool (&o
         for (int m = 0; m < 2; ++m)
             if (32 * (m + 1) > J0 && own[m] && q + 32 * m >= j)
                 col[V - 1 + q + 32 * m - j] = q + 32 * m == j ? pv.rn : a[m][0];
+        if (q == j % 32) col[V - 2] = J0 + LDLT_PHASE > 32 && j >= 32 ? z[1] : z[0];
         __syncwarp();
-        const T rd = col[V - 1];
+        T zj, rd;
+        load_pair(col + V - 2, zj, rd);
         T l[2];
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
             l[m] = a[m][0] * rd;
-            if (32 * (m + 1) > J0 && own[m] && q + 32 * m > j) sA[j * S + q + 32 * m] = l[m];
+            if (32 * (m + 1) > J0 && own[m] && q + 32 * m > j) {
+                sA[j * S + q + 32 * m] = l[m];
+                z[m] -= l[m] * zj;
+            }
         }
 #pragma unroll
         for (int k0 = 0; k0 < KMAX - 1; k0 += V) {
@@ -300,13 +313,13 @@ __device__ __forceinline__ void rolled_steps(T (&a)[2][N], int q, const bool (&o
 // unrolled and 3232 with 16 steps; float32 N = 64 3.92 against 4.28 ms with 16 and the IEEE
 // division).
 template <typename T, int N, int J0>
-__device__ __forceinline__ void rolled_phases(T (&a)[2][N], int q, const bool (&own)[2], T* vec, T* sA, T tol, T safe,
-                                              RolledPivots<T>& pv)
+__device__ __forceinline__ void rolled_phases(T (&a)[2][N], T (&z)[2], int q, const bool (&own)[2], T* vec, T* sA,
+                                              T tol, T safe, RolledPivots<T>& pv)
 {
     if constexpr (J0 < N) {
         constexpr int J1 = J0 + LDLT_PHASE < N ? J0 + LDLT_PHASE : N;
-        rolled_steps<T, N, J0, J1>(a, q, own, vec, sA, tol, safe, pv);
-        rolled_phases<T, N, J1>(a, q, own, vec, sA, tol, safe, pv);
+        rolled_steps<T, N, J0, J1>(a, z, q, own, vec, sA, tol, safe, pv);
+        rolled_phases<T, N, J1>(a, z, q, own, vec, sA, tol, safe, pv);
     }
 }
 
@@ -344,8 +357,11 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? 4 : 1) ldlt_solve_rolled
     const T tol = T(N) * eps<T>() * scale;
     const T safe = scale > T(0) ? scale : T(1);
     RolledPivots<T> pv{true, {T(1), T(1)}, T(0)};
+    T z0[2];                                          // L z = b of the first right-hand side, in the steps
+#pragma unroll
+    for (int m = 0; m < 2; ++m) z0[m] = own[m] && nrhs > 0 ? sx[q + 32 * m] : T(0);
     next_pivot<T, N, 0>(a, 0, q, tol, safe, pv);
-    rolled_phases<T, N, 0>(a, q, own, vec, sA, tol, safe, pv);
+    rolled_phases<T, N, 0>(a, z0, q, own, vec, sA, tol, safe, pv);
     // the pivots' range over the lanes (d is never NaN: compare and select)
     const bool good = __all_sync(0xffffffffu, pv.good);
     const T d1 = own[1] ? pv.d[1] : pv.d[0];
@@ -363,20 +379,22 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? 4 : 1) ldlt_solve_rolled
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
             bm[m] = own[m] ? (c == 0 ? sx[q + 32 * m] : bs[(size_t)(q + 32 * m) * nrhs + c]) : T(0);
-            z[m] = bm[m];
+            z[m] = c == 0 ? z0[m] : bm[m];
         }
-        // L z = b (L_rj = sA[j][r]), D y = z, L^T x = y (L_jr = sA[r][j]); z_j from row block j / 32
-        // (rolled loops, as the factorization)
+        // L z = b (L_rj = sA[j][r]; the first right-hand side's is z0, from the steps), D y = z, L^T x = y
+        // (L_jr = sA[r][j]); z_j from row block j / 32 (rolled loops, as the factorization)
+        if (c > 0) {
 #pragma unroll 4
-        for (int j = 0; j < 32; ++j) {
-            const T zj = __shfl_sync(0xffffffffu, z[0], j);
-            if (own[0] && q > j) z[0] -= sA[j * S + q] * zj;
-            if (own[1]) z[1] -= sA[j * S + q + 32] * zj;
-        }
+            for (int j = 0; j < 32; ++j) {
+                const T zj = __shfl_sync(0xffffffffu, z[0], j);
+                if (own[0] && q > j) z[0] -= sA[j * S + q] * zj;
+                if (own[1]) z[1] -= sA[j * S + q + 32] * zj;
+            }
 #pragma unroll 4
-        for (int j = 32; j < N - 1; ++j) {
-            const T zj = __shfl_sync(0xffffffffu, z[1], j - 32);
-            if (own[1] && q + 32 > j) z[1] -= sA[j * S + q + 32] * zj;
+            for (int j = 32; j < N - 1; ++j) {
+                const T zj = __shfl_sync(0xffffffffu, z[1], j - 32);
+                if (own[1] && q + 32 > j) z[1] -= sA[j * S + q + 32] * zj;
+            }
         }
 #pragma unroll
         for (int m = 0; m < 2; ++m) z[m] /= own[m] ? piv[q + 32 * m] : T(1);
