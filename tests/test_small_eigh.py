@@ -351,17 +351,20 @@ def _resident(n, spb, per_system_bytes, regs):
                      4 * per_smsp // warps)
 
 
+@pytest.mark.parametrize("lockstep", [False, True])
 @pytest.mark.parametrize("max_threads", [256, 192])
 @pytest.mark.parametrize("itemsize", [4, 8])
 @pytest.mark.parametrize("n", [9, 12, 16, 24, 31, 32, 33, 40, 48, 56, 64])
 @pytest.mark.parametrize("regs", [40, 80, 128, 168, 255])
-def test_gpu_systems_per_block_keeps_residency(monkeypatch, n, itemsize, regs, max_threads):
+def test_gpu_systems_per_block_keeps_residency(monkeypatch, n, itemsize, regs, max_threads, lockstep):
     """_gpu._systems_per_block: whole warps of systems and at most THREADS threads for n <= 32
     (max_threads above: the kernel's launch bound), within the shared memory of a block; n <= 32 the
-    largest block within 85 % of the most resident systems, n > 32 the most resident."""
+    largest block within 85 % of the most resident systems; n > 32 the most resident, of them those with
+    the fewest idle lanes, of them the smallest block, or with lockstep the largest of at most 128
+    threads (else the smallest)."""
     _gpu = _h100(monkeypatch)
     b = _gpu._eig_bytes(n, itemsize)
-    spb = _gpu._systems_per_block(n, b, regs, 0, max_threads)
+    spb = _gpu._systems_per_block(n, b, regs, 0, max_threads, lockstep)
     lanes = _gpu._lanes(n)
     step, top = (32 // lanes, _gpu.THREADS // lanes) if n <= 32 else (1, max_threads // n)
     fits = [s for s in range(step, top + 1, step) if s * b <= H100["block_bytes"]]
@@ -372,6 +375,11 @@ def test_gpu_systems_per_block_keeps_residency(monkeypatch, n, itemsize, regs, m
         assert all(res[s] < 0.85 * max(res.values()) for s in fits if s > spb)
     else:
         assert res[spb] == max(res.values())
+        busy = {s: s * n / (32 * -(-s * n // 32)) for s in fits}
+        tied = [s for s in fits if res[s] == max(res.values()) and busy[s] == max(busy[t] for t in fits
+                                                                                  if res[t] == res[spb])]
+        small = [s for s in tied if s * n <= 128]
+        assert spb == (max(small) if lockstep and small else min(tied))
 
 
 @pytest.mark.parametrize("itemsize, regs, two, three", [(4, 128, 6, 4), (8, 164, 3, 2)])
@@ -380,19 +388,21 @@ def test_gpu_eigh_small_layout_n64_residency(monkeypatch, itemsize, regs, two, t
     per H100 SM at the kernels' register counts, against 4 / 2 with eig_truncate_solve's three matrices."""
     _gpu = _h100(monkeypatch)
     assert _gpu._eigh_matrices(64, itemsize) == 2
-    assert _gpu._systems_per_block(64, _gpu._eig_bytes(64, itemsize, 2), regs, 0) == 1
-    assert _resident(64, 1, _gpu._eig_bytes(64, itemsize, 2), regs) == two
+    spb = _gpu._systems_per_block(64, _gpu._eig_bytes(64, itemsize, 2), regs, 0, lockstep=itemsize == 4)
+    assert spb == (2 if itemsize == 4 else 1)
+    assert _resident(64, spb, _gpu._eig_bytes(64, itemsize, 2), regs) == two
     assert _resident(64, 1, _gpu._eig_bytes(64, itemsize), regs) == three
 
 
 @pytest.mark.parametrize("itemsize, n, regs, best", [
-    (4, 16, 59, 8), (4, 32, 80, 4), (4, 48, 80, 2), (4, 64, 128, 1),
+    (4, 16, 59, 8), (4, 32, 80, 4), (4, 48, 80, 2), (4, 64, 128, 2),
     (8, 16, 80, 8), (8, 32, 158, 3), (8, 48, 128, 3), (8, 64, 164, 1)])
 def test_gpu_systems_per_block_h100_picks(monkeypatch, itemsize, n, regs, best):
     """The picks for the kernels' register counts on the H100: the best or (float64 n = 32: 3 per
-    block 23.0 ms, 2 per block 22.5 ms) nearly the best of the measured sweep (NOTES, session 19)."""
+    block 23.0 ms, 2 per block 22.5 ms) nearly the best of the measured sweep (NOTES, sessions 19 and 27:
+    float32 n = 64 1: 46.0 ms, 2: 36.2, 3: 37.9)."""
     _gpu = _h100(monkeypatch)
-    assert _gpu._systems_per_block(n, _gpu._eig_bytes(n, itemsize), regs, 0) == best
+    assert _gpu._systems_per_block(n, _gpu._eig_bytes(n, itemsize), regs, 0, lockstep=itemsize == 4) == best
 
 
 def test_eigh_block_bound_matches_the_kernel():

@@ -499,14 +499,106 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
 template <typename T>
 __host__ __device__ constexpr bool rows_in_registers() { return sizeof(T) == 4; }
 
+// Steps R1 >= r >= R0 of tridiagonalize_row_regs, a rolled loop. Columns k >= r of a step are
+// untouched (u_k = p_k = 0 there), so its loops stop at KV = R1 rounded up to V: the columns the
+// phase's first step has (row_regs_phases).
+template <typename T, int S, int NV, int R1, int R0>
+__device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, T* su, T* sp, int i, bool active)
+{
+    constexpr int V = 16 / sizeof(T), KV = (R1 + V - 1) / V * V;
+#pragma unroll 1
+    for (int r = R1; r >= R0; --r) {
+        __syncthreads();                                 // the last step's readers of su, sp are done
+        if (active && i == r) {                          // u_k = x_k (k < r-1), u_{r-1} = x_{r-1} - alpha
+            T head2 = 0;
+#pragma unroll
+            for (int k = 0; k < KV; ++k) {
+                su[k] = k < r ? w[k] : T(0);
+                head2 += k < r - 1 ? w[k] * w[k] : T(0);
+            }
+            const T xl = su[r - 1];
+            const T sigma = sqrt(head2 + xl * xl);
+            const T alpha = xl >= T(0) ? -sigma : sigma;
+            const bool act = head2 > T(0);
+            su[r - 1] = act ? xl - alpha : T(0);         // (act false: x_k = 0 below, so u = 0)
+            beta[r] = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
+            e[r - 1] = act ? alpha : xl;
+        }
+        __syncthreads();
+        const T inv_b = beta[r];
+        const T ui = active && i < r ? su[i] : T(0);
+        T pi = 0;
+        if (active && i < r) {                           // p = W u / b   (eq. 12)
+#pragma unroll
+            for (int k0 = 0; k0 < KV; k0 += V) {
+                T c[V];
+                load16(su + k0, c);
+#pragma unroll
+                for (int t = 0; t < V; ++t) pi += w[k0 + t] * c[t];
+                pace_loads<T>(k0);
+            }
+            pi *= inv_b;
+        }
+        sp[i] = pi;
+        if (active && i < r) W[i * S + r] = ui;          // u_r in column r (for apply_q)
+        __syncthreads();
+        T up = 0;                                        // u.p
+#pragma unroll
+        for (int k0 = 0; k0 < KV; k0 += V) {
+            T c[V], g[V];
+            load16(su + k0, c);
+            load16(sp + k0, g);
+#pragma unroll
+            for (int t = 0; t < V; ++t) up += c[t] * g[t];
+            pace_loads<T>(k0);
+        }
+        // W -= q u^T + u q^T (eq. 13) with q = p - B u, B = u.p / (2b): row i -= (p_i - 2 B u_i) u^T + u_i p^T
+        const T ci = pi - up * inv_b * ui;
+        if (ui != T(0) || ci != T(0)) {
+#pragma unroll
+            for (int k0 = 0; k0 < KV; k0 += V) {
+                T c[V], g[V];
+                load16(su + k0, c);
+                load16(sp + k0, g);
+#pragma unroll
+                for (int t = 0; t < V; ++t) w[k0 + t] -= ci * c[t] + ui * g[t];
+                pace_loads<T>(k0);
+            }
+        }
+    }
+}
+
+// Steps per phase of tridiagonalize_row_regs. Each phase is another copy of the loops, and the
+// eigen kernels above N = 32 wait on the instruction cache (Nsight Compute, eigh_small<float, 64>, one
+// system per block: "no instruction" 16.5 % of the stall samples with one full-width loop, 24.4 % with
+// phases of 32). Measured on the H100 (eigh_small, 2^17 systems, against one full-width loop, at
+// _gpu._systems_per_block's blocks; outputs bitwise equal; the reduction alone at N = 64: 16.5 ->
+// 11.4 ms with phases of 8, 13.3 with 32): phases of 8: N = 33 10.26 -> 9.42 ms, N = 40 13.34 ->
+// 12.06, N = 48 +4 %, N = 56 +16 %, N = 64 (two systems per block) 38.73 -> 37.48; of 32: N = 33
+// -2 %, N = 40 -3 %, N = 48 20.84 -> 20.19, N = 56 39.54 -> 39.78, N = 64 38.68 -> 36.17.
+template <int N>
+__host__ __device__ constexpr int row_regs_phase() { return N > 40 ? 32 : 8; }
+
+// The steps of tridiagonalize_row_regs from r = R1 down to 2, in phases of row_regs_phase steps.
+template <typename T, int N, int S, int NV, int R1>
+__device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta, T* su, T* sp, int i, bool active)
+{
+    if constexpr (R1 >= 2) {
+        constexpr int R0 = R1 - row_regs_phase<N>() + 1 > 2 ? R1 - row_regs_phase<N>() + 1 : 2;
+        row_regs_steps<T, S, NV, R1, R0>(w, W, e, beta, su, sp, i, active);
+        row_regs_phases<T, N, S, NV, R0 - 1>(w, W, e, beta, su, sp, i, active);
+    }
+}
+
 // W: N x S working copy of the symmetric matrix (full), reduced to tridiagonal form (eq. 11-13) with
 // thread i holding row i in registers (rows_in_registers, above N = 32: the system's N threads meeting
 // at __syncthreads). Step r: the owner of row r makes u (eq. 11) from its row and broadcasts it
 // through tmp with its scalars (beta[r], e[r - 1]); thread i < r forms p_i = (W u)_i / b (eq. 12) and
 // broadcasts it through tmp + VL; every thread takes u.p from the two vectors, then its row's rank-2
-// update W -= q u^T + u q^T with q = p - (u.p / 2b) u (eq. 13) touches registers only. (The version
-// with W in shared memory was bound by its shared-memory traffic: H100, 2^17 systems, float32
-// N = 64 19.7 ms for the load, screening and reduction, float64 51.7 ms.) On exit: d[k] = T_kk,
+// update W -= q u^T + u q^T with q = p - (u.p / 2b) u (eq. 13) touches registers only; the steps run
+// in phases (row_regs_phases). (The version with W in shared memory was bound by its shared-memory
+// traffic: H100, 2^17 systems, float32 N = 64 19.7 ms for the load, screening and reduction, float64
+// 51.7 ms.) On exit: d[k] = T_kk,
 // e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] = 1/b_r (0 where H_r = I); the rest
 // of W is left as it was. tmp: 2 VL scratch, 16-byte aligned. All threads of the block call this.
 template <typename T, int N, int S>
@@ -538,66 +630,7 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
     const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
 #pragma unroll
     for (int k = 0; k < NV; ++k) w[k] *= unscale;
-#pragma unroll 1
-    for (int r = N - 1; r >= 2; --r) {
-        __syncthreads();                                 // the last step's readers of su, sp are done
-        if (active && i == r) {                          // u_k = x_k (k < r-1), u_{r-1} = x_{r-1} - alpha
-            T head2 = 0;
-#pragma unroll
-            for (int k = 0; k < NV; ++k) {
-                su[k] = k < r ? w[k] : T(0);
-                head2 += k < r - 1 ? w[k] * w[k] : T(0);
-            }
-            const T xl = su[r - 1];
-            const T sigma = sqrt(head2 + xl * xl);
-            const T alpha = xl >= T(0) ? -sigma : sigma;
-            const bool act = head2 > T(0);
-            su[r - 1] = act ? xl - alpha : T(0);         // (act false: x_k = 0 below, so u = 0)
-            beta[r] = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
-            e[r - 1] = act ? alpha : xl;
-        }
-        __syncthreads();
-        const T inv_b = beta[r];
-        const T ui = active && i < r ? su[i] : T(0);
-        T pi = 0;
-        if (active && i < r) {                           // p = W u / b   (eq. 12)
-#pragma unroll
-            for (int k0 = 0; k0 < NV; k0 += V) {
-                T c[V];
-                load16(su + k0, c);
-#pragma unroll
-                for (int t = 0; t < V; ++t) pi += w[k0 + t] * c[t];
-                pace_loads<T>(k0);
-            }
-            pi *= inv_b;
-        }
-        sp[i] = pi;
-        if (active && i < r) W[i * S + r] = ui;          // u_r in column r (for apply_q)
-        __syncthreads();
-        T up = 0;                                        // u.p
-#pragma unroll
-        for (int k0 = 0; k0 < NV; k0 += V) {
-            T c[V], g[V];
-            load16(su + k0, c);
-            load16(sp + k0, g);
-#pragma unroll
-            for (int t = 0; t < V; ++t) up += c[t] * g[t];
-            pace_loads<T>(k0);
-        }
-        // W -= q u^T + u q^T (eq. 13) with q = p - B u, B = u.p / (2b): row i -= (p_i - 2 B u_i) u^T + u_i p^T
-        const T ci = pi - up * inv_b * ui;
-        if (ui != T(0) || ci != T(0)) {
-#pragma unroll
-            for (int k0 = 0; k0 < NV; k0 += V) {
-                T c[V], g[V];
-                load16(su + k0, c);
-                load16(sp + k0, g);
-#pragma unroll
-                for (int t = 0; t < V; ++t) w[k0 + t] -= ci * c[t] + ui * g[t];
-                pace_loads<T>(k0);
-            }
-        }
-    }
+    row_regs_phases<T, N, S, NV, N - 1>(w, W, e, beta, su, sp, i, active);
     __syncthreads();
     if (active) {
         T di = 0;

@@ -72,16 +72,21 @@ def _sm_limits(device_id):
             int(at["MaxRegistersPerMultiprocessor"]))
 
 
-def _systems_per_block(n, per_system_bytes, regs, device_id, max_threads=256):
+def _systems_per_block(n, per_system_bytes, regs, device_id, max_threads=256, lockstep=False):
     """Systems per block of the eigen kernels, from the systems resident per SM (shared memory, registers per
     SM sub-partition, 32 blocks and 64 warps per SM). n <= 32 (whole warps of systems, at most THREADS
     threads): the largest block that keeps at least 85 % of the most resident systems, because the warps of
     a block share the instruction cache (they start together and run the same steps). n > 32 (n threads
     per system, __syncthreads over the block, at most ``max_threads``: the kernel's __launch_bounds__): the
-    most resident systems, then the fewest idle lanes, then the smallest block. Measured on the H100 (kernel,
-    2^17 systems; systems per block: ms): float32 n = 32 4: 8.8, 2: 10.1 (12 and 14 resident); float64
-    n = 32 4: 31.3, 3: 23.0, 2: 22.5, 1: 24.4 (4, 6, 6, 7); float32 n = 48 5: 56.3, 3: 48.0, 2: 46.5, 1: 61.9
-    (1: two warps for 48 threads); n = 64 float32 4: 97.0, 1: 90.5, float64 2: 225.3, 1: 219.3."""
+    most resident systems, then the fewest idle lanes, then the smallest block, or with ``lockstep`` (float32,
+    whose register-row loops make the code large) the largest block of at most 128 threads. Measured on the
+    H100 (kernel, 2^17 systems; systems per block: ms): float32 n = 32 4: 8.8, 2: 10.1 (12 and 14 resident);
+    float64 n = 32 4: 31.3, 3: 23.0, 2: 22.5, 1: 24.4 (4, 6, 6, 7); float32 n = 48 5: 56.3, 3: 48.0, 2: 46.5,
+    1: 61.9 (1: two warps for 48 threads). 2026-11-24, as many resident each way: eigh_small float32 n = 64
+    1: 45.98, 2: 36.17, 3: 37.87 (Nsight Compute: the kernel waits on the instruction cache, and a block's
+    systems run the same steps together), 2^16 systems n = 52 1: 16.38, 2: 12.98, n = 60 1: 21.40, 2: 17.51;
+    eig_truncate_solve float32 n = 64 1: 24.45, 2: 23.67, float64 1: 73.20, 2: 75.15; eigh_small float64
+    n = 64 1: 113.6, 3: 122.3, n = 56 1: 103.3, 3: 109.5."""
     lanes = _lanes(n)
     step = 32 // lanes if n <= 32 else 1
     top = max(step, THREADS // lanes if n <= 32 else max_threads // n)
@@ -100,6 +105,9 @@ def _systems_per_block(n, per_system_bytes, regs, device_id, max_threads=256):
     most = max(resident.values())
     if n <= 32:
         return max(spb for spb, k in resident.items() if k >= 0.85 * most)
+    if lockstep:
+        return min((spb for spb, k in resident.items() if k == most),
+                   key=lambda spb: (-busy[spb], spb * n > 128, -spb if spb * n <= 128 else spb))
     return min((spb for spb, k in resident.items() if k == most), key=lambda spb: (-busy[spb], spb))
 
 
@@ -107,14 +115,15 @@ _SPB = {}           # (id(kernel), n, bytes per system) -> _systems_per_block (a
 EIGH_BLOCK_ABOVE_32 = {4: 192, 8: 256}   # eigh_small.cu, eigh_block_threads: by itemsize, above n = 32
 
 
-def _launch(fn, B, n, per_system_bytes, args_fn, max_threads=256):
+def _launch(fn, B, n, per_system_bytes, args_fn, max_threads=256, lockstep=False):
     """Launch an eigen kernel with _systems_per_block systems per block (chosen once per kernel)."""
     import cupy as cp
 
     key = (id(fn), n, per_system_bytes)
     spb = _SPB.get(key)
     if spb is None:                                              # (tens of microseconds of host time)
-        spb = _SPB[key] = _systems_per_block(n, per_system_bytes, fn.num_regs, cp.cuda.Device().id, max_threads)
+        spb = _SPB[key] = _systems_per_block(n, per_system_bytes, fn.num_regs, cp.cuda.Device().id, max_threads,
+                                             lockstep)
     shmem = spb * per_system_bytes
     _prefer_shared(fn, shmem)
     grid = (B + spb - 1) // spb
@@ -309,7 +318,7 @@ def eig_truncate_stage(A, b, cond_max):
     fn = get_function("eigh_small.cu", "eig_truncate_solve", A.dtype, n)
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
             lambda spb: (A, b, x, cond, resid, ndisc, nonfinite, asym, tree, A.dtype.type(cond_max),
-                         np.int64(B), np.int32(r), np.int32(spb)))
+                         np.int64(B), np.int32(r), np.int32(spb)), lockstep=A.dtype.itemsize == 4)
     return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid, nonfinite, asym
 
 
@@ -344,7 +353,7 @@ def eigh_small(A):
     fn = get_function("eigh_small.cu", "eigh_small", A.dtype, n)
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize, _eigh_matrices(n, A.dtype.itemsize)),
             lambda spb: (A, w, V, nonfinite, asym, tree, np.int64(B), np.int32(spb)),
-            EIGH_BLOCK_ABOVE_32[A.dtype.itemsize])
+            EIGH_BLOCK_ABOVE_32[A.dtype.itemsize], lockstep=A.dtype.itemsize == 4)
     return w, V, nonfinite, asym
 
 
