@@ -510,19 +510,17 @@ __device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, 
     for (int r = R1; r >= R0; --r) {
         __syncthreads();                                 // the last step's readers of su, sp are done
         if (active && i == r) {                          // u_k = x_k (k < r-1), u_{r-1} = x_{r-1} - alpha
-            T head2 = 0;
+            T h4[4] = {T(0), T(0), T(0), T(0)};         // head2 in four partial sums (a shorter chain)
 #pragma unroll
             for (int k = 0; k < KV; ++k) {
                 su[k] = k < r ? w[k] : T(0);
-                head2 += k < r - 1 ? w[k] * w[k] : T(0);
+                h4[k % 4] += k < r - 1 ? w[k] * w[k] : T(0);
             }
             const T xl = su[r - 1];
-            const T sigma = sqrt(head2 + xl * xl);
-            const T alpha = xl >= T(0) ? -sigma : sigma;
-            const bool act = head2 > T(0);
-            su[r - 1] = act ? xl - alpha : T(0);         // (act false: x_k = 0 below, so u = 0)
-            beta[r] = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
-            e[r - 1] = act ? alpha : xl;
+            const StepScalars<T> st = step_scalars((h4[0] + h4[1]) + (h4[2] + h4[3]), xl);
+            su[r - 1] = st.act ? st.ul : T(0);           // (act false: x_k = 0 below, so u = 0)
+            beta[r] = st.inv_b;
+            e[r - 1] = st.act ? st.alpha : xl;
         }
         __syncthreads();
         const T inv_b = beta[r];
