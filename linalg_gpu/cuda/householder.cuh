@@ -596,9 +596,9 @@ __device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta,
 // update W -= q u^T + u q^T with q = p - (u.p / 2b) u (eq. 13) touches registers only; the steps run
 // in phases (row_regs_phases). (The version with W in shared memory was bound by its shared-memory
 // traffic: H100, 2^17 systems, float32 N = 64 19.7 ms for the load, screening and reduction, float64
-// 51.7 ms.) On exit: d[k] = T_kk,
-// e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] = 1/b_r (0 where H_r = I); the rest
-// of W is left as it was. tmp: 2 VL scratch, 16-byte aligned. All threads of the block call this.
+// 51.7 ms.) On exit: d[k] = T_kk, e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] =
+// 1/b_r (0 where H_r = I); the rest of W is left as it was. tmp: 2 VL scratch, 16-byte aligned. All
+// threads of the block call this.
 template <typename T, int N, int S>
 __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
 {
