@@ -41,10 +41,10 @@ def _gemm(dtype, ta, tb, m, n, k, A, lda, sA, B, ldb, sB, C, ldc, sC, batch, alp
     cublas.setStream(h, cp.cuda.get_current_stream().ptr)
     mode = cublas.getPointerMode(h)
     cublas.setPointerMode(h, cublas.CUBLAS_POINTER_MODE_HOST)
-    one, zero = np.full(1, alpha, dtype), np.zeros(1, dtype)
+    a_host, zero = np.full(1, alpha, dtype), np.zeros(1, dtype)
     fn = cublas.sgemmStridedBatched if dtype == np.float32 else cublas.dgemmStridedBatched
     try:
-        fn(h, ta, tb, m, n, k, one.ctypes.data, A, lda, sA, B, ldb, sB, zero.ctypes.data, C, ldc, sC, batch)
+        fn(h, ta, tb, m, n, k, a_host.ctypes.data, A, lda, sA, B, ldb, sB, zero.ctypes.data, C, ldc, sC, batch)
     finally:
         cublas.setPointerMode(h, mode)
 

@@ -105,10 +105,10 @@ def _systems_per_block(n, per_system_bytes, regs, device_id, max_threads=256, lo
     most = max(resident.values())
     if n <= 32:
         return max(spb for spb, k in resident.items() if k >= 0.85 * most)
+    tied = [spb for spb, k in resident.items() if k == most]
     if lockstep:
-        return min((spb for spb, k in resident.items() if k == most),
-                   key=lambda spb: (-busy[spb], spb * n > 128, -spb if spb * n <= 128 else spb))
-    return min((spb for spb, k in resident.items() if k == most), key=lambda spb: (-busy[spb], spb))
+        return min(tied, key=lambda spb: (-busy[spb], spb * n > 128, -spb if spb * n <= 128 else spb))
+    return min(tied, key=lambda spb: (-busy[spb], spb))
 
 
 _SPB = {}           # (id(kernel), n, bytes per system) -> _systems_per_block (a kernel is per device)
