@@ -19,7 +19,8 @@ struct DCScratch {
     T *Q, *V;                     // eigenvectors (N x S, block diagonal per node); V of a merge (rows st..,
                                   // columns from st rounded down to a multiple of 4, row stride dc_v_stride)
     T *lam, *dt, *dd, *z, *P, *Z, *O, *TAU, *sc;   // N each (sc: scalars)
-    int *perm, *idx, *defl, *close;                // N each (close: per merge, at its start)
+    int *perm, *idx, *defl, *close;                // N each (close: per merge, at its start, then the
+                                                  // rows' nonzero columns of step i, merge_order)
 };
 
 // t + x for the root x of c0 + s / (a - x) + S_ / (b - x) = 0 (c0 + s / (a - x) = 0 where
@@ -107,42 +108,73 @@ __device__ void secular_root(const T* p, const T* w, int K, int j, T r, T& o_out
 template <int N>
 __host__ __device__ constexpr int dc_v_stride() { return (N + 3) / 4 * 4; }
 
-// Step 4 for the row st + j of a merge (m rows): the row's old entries (columns in sorted,
-// compressed order) times V = [V_K 0; 0 I] (step h), written back in eigenvalue order. M >= m
-// bounds the merge size of the round: the row's new entries are M sums in registers, and each row
-// of V is read by 16-byte loads that every thread of the merge shares (the loop over the rows of V
-// outside: one load per 4 (float32) or 2 (float64) FMAs; with the columns outside, each FMA waited
-// for a load of its own, and the loads were 13 % of the instructions of eigh_small<float, 32>).
-// The sums run over the rows in ascending order, as the column loop before did, and the zeros of V
-// add exact zeros: the same rows, bit for bit.
-// Loads past the merge's m columns read the next row or, from V's last rows, the storage after V
-// (Q's slot, or the vectors with three matrices: the system's own); those sums are not stored.
+// The old columns that row st + j of a merge (m = n1 + n2 rows) multiplies in step i, in ascending
+// compressed order k, each as k | (its column of Q, from st) << 8, into ks[st ..]: the rows of each
+// child are zero in the other child's columns (Q is diag(Q1, Q2) there), so child 1's rows take the n1
+// positions whose column is below n1 (at ks[st ..]), child 2's the other n2 (at ks[st + n1 ..]); after
+// a close pair's rotations (`mixed`: they mix the children's columns) every row takes all m, in order.
+// Thread j writes position k = j. Returns the row's count and, in `base`, where its list starts.
+__device__ __forceinline__ int merge_order(const int* perm, const int* idx, int* ks, int st, int j, int n1,
+                                           int m, bool mixed, int& base)
+{
+    const int colj = perm[st + idx[st + j]];
+    const bool first = colj < n1;
+    int rank = 0;
+    if (!mixed)
+        for (int k = 0; k < j; ++k) rank += (perm[st + idx[st + k]] < n1) == first;
+    ks[st + (mixed ? j : (first ? 0 : n1) + rank)] = j | colj << 8;
+    base = mixed ? 0 : (j < n1 ? 0 : n1);
+    return mixed ? m : (j < n1 ? n1 : m - n1);
+}
+
+// Step 4 for the row st + j of a merge: the row's old entries (columns in sorted, compressed order k)
+// times V = [V_K 0; 0 I] (step h), written back in eigenvalue order. Above M = 32 (merges over more
+// than a warp's rows) only the `cnt` positions of merge_order (from ks) are taken: the others hold
+// exact zeros, which added nothing (the rows are bitwise those of the loop over all m; the top merge's
+// FMAs halve). Below, all m: the two children of a warp then load different rows of V, and the lists
+// were slower (H100, 2^17 systems, kernel ms, all m -> lists from M = 16: float32 N = 24 4.75 -> 4.85,
+// 32 6.40 -> 6.50, float64 N = 24 8.94 -> 9.37; above 32 rows: float32 N = 48 18.84 -> 18.92, 56 28.64
+// -> 27.65, 64 32.98 -> 31.67, float64 N = 33 23.43 -> 22.99, 48 55.30 -> 54.30, 64 114.6 -> 110.7).
+// M >= m bounds the merge size of the round: the row's new entries are M sums in
+// registers, and each row of V is read by 16-byte loads that the threads at the same position share
+// (the loop over the rows of V outside: one load per 4 (float32) or 2 (float64) FMAs; with the
+// columns outside, each FMA waited for a load of its own, and the loads were 13 % of the instructions
+// of eigh_small<float, 32>). The sums run over the rows in ascending order. Loads past the merge's m
+// columns read the next row or, from V's last rows, the storage after V (Q's slot, or the vectors with
+// three matrices: the system's own); those sums are not stored.
 template <typename T, int S, int VS, int M>
-__device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, int m)
+__device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, int m, int base, int cnt)
 {
     constexpr int V = 16 / sizeof(T);
+    constexpr bool LISTS = M > 32;
     const int row = st + j;
     const T* vr = s.V + st * VS + (st & ~3);
     T acc[M];
 #pragma unroll
     for (int c = 0; c < M; ++c) acc[c] = T(0);
     T* q = s.Q + row * S + st;                                   // the row, from the merge's start
+    const int* ks = s.close + st + base;
     const int* col = s.perm + st;
     const int* ord = s.idx + st;
-    T old = m > 0 ? q[col[ord[0]]] : T(0);
+    const int n = LISTS ? cnt : m;
+    int e = LISTS && n > 0 ? ks[0] : 0;                         // (lists: position | column << 8)
+    T old = n > 0 ? q[LISTS ? e >> 8 : col[ord[0]]] : T(0);
 #pragma unroll 1
-    for (int k = 0; k < m; ++k) {
-        const T next = k + 1 < m ? q[col[ord[k + 1]]] : T(0);     // (its loads beside the FMAs)
+    for (int t = 0; t < n; ++t) {
+        const int en = LISTS && t + 1 < n ? ks[t + 1] : 0;
+        const T next = t + 1 < n ? q[LISTS ? en >> 8 : col[ord[t + 1]]] : T(0);   // (its loads beside the FMAs)
+        const T* v0 = vr + (LISTS ? e & 255 : t) * VS;
 #pragma unroll
         for (int c0 = 0; c0 < M; c0 += V) {
             T v[V];
-            load16(vr + k * VS + c0, v);
+            load16(v0 + c0, v);
 #pragma unroll
-            for (int t = 0; t < V; ++t)
-                if (c0 + t < M) acc[c0 + t] = fma(old, v[t], acc[c0 + t]);
+            for (int t2 = 0; t2 < V; ++t2)
+                if (c0 + t2 < M) acc[c0 + t2] = fma(old, v[t2], acc[c0 + t2]);
             pace_loads<T>(c0);
         }
         old = next;
+        e = en;
     }
 #pragma unroll
     for (int c = 0; c < M; ++c)
@@ -151,12 +183,13 @@ __device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, 
 
 // merge_row with the least bound M of 4, 8, 16, ... (N at most) that holds the round's merges.
 template <typename T, int N, int S, int M = 4>
-__device__ __forceinline__ void merge_row_bounded(const DCScratch<T>& s, int st, int j, int m, int mmax)
+__device__ __forceinline__ void merge_row_bounded(const DCScratch<T>& s, int st, int j, int m, int mmax, int base,
+                                                  int cnt)
 {
     constexpr int VS = dc_v_stride<N>();
-    if constexpr (M >= N) merge_row<T, S, VS, N>(s, st, j, m);
-    else if (mmax <= M) merge_row<T, S, VS, M>(s, st, j, m);
-    else merge_row_bounded<T, N, S, 2 * M>(s, st, j, m, mmax);
+    if constexpr (M >= N) merge_row<T, S, VS, N>(s, st, j, m, base, cnt);
+    else if (mmax <= M) merge_row<T, S, VS, M>(s, st, j, m, base, cnt);
+    else merge_row_bounded<T, N, S, 2 * M>(s, st, j, m, mmax, base, cnt);
 }
 
 template <typename T, int N, int S>
@@ -345,8 +378,11 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         }
         // new eigenvalues in merge order (K secular roots, then deflated poles), then their ranks
         if (in) s.Z[i] = j < K ? s.O[i] + s.TAU[i] : s.P[st + s.idx[i]];
+        const bool mixed = N > 32 && in && s.close[st];
         gsync<N>();
+        int base = 0, cnt = 0;
         if (in) {
+            if (N > 32 && mmax > 32) cnt = merge_order(s.perm, s.idx, s.close, st, j, n1, m, mixed, base);   // (M > 32)
             const T li = s.Z[i];
             int rank = 0;
             for (int k = 0; k < m; ++k) rank += (s.Z[st + k] < li) || (s.Z[st + k] == li && k < j);
@@ -355,7 +391,7 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         }
         gsync<N>();
         // i. rows st..st+m-1: new row = old row (columns perm-ordered) times V
-        if (in) merge_row_bounded<T, N, S>(s, st, j, m, mmax);
+        if (in) merge_row_bounded<T, N, S>(s, st, j, m, mmax, base, cnt);
         gsync<N>();
     }
     if (active) s.lam[i] *= scale;
