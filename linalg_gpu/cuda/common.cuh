@@ -333,6 +333,9 @@ struct Group {
     static constexpr int W = WARP ? ((32 % N == 0) ? N : 32) : N;
 };
 
+// The least power of two >= n.
+__host__ __device__ constexpr int pow2_ceil(int n) { return n <= 1 ? 1 : 2 * pow2_ceil((n + 1) / 2); }
+
 template <int N>
 __device__ __forceinline__ void gsync()
 {

@@ -499,46 +499,72 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
 template <typename T>
 __host__ __device__ constexpr bool rows_in_registers() { return sizeof(T) == 4; }
 
-// Steps R1 >= r >= R0 of tridiagonalize_row_regs, a rolled loop. Columns k >= r of a step are
-// untouched (u_k = p_k = 0 there), so its loops stop at KV = R1 rounded up to V: the columns the
+// w[LO + o] for 0 <= o < LEN (a power of two) and a run-time o: a tree of LEN - 1 selects on the bits
+// of o (registers cannot be indexed at run time; entries past NV are never selected).
+template <typename T, int NV, int LO, int LEN>
+__device__ __forceinline__ T entry_at(const T (&w)[NV], int o)
+{
+    if constexpr (LEN == 1) return w[LO < NV ? LO : NV - 1];
+    else {
+        const T a = entry_at<T, NV, LO, LEN / 2>(w, o), b = entry_at<T, NV, LO + LEN / 2, LEN / 2>(w, o);
+        return (o & (LEN / 2)) ? b : a;
+    }
+}
+
+// Steps R1 >= r >= R0 of tridiagonalize_row_regs, a rolled loop. Step r's vector x (row r of W) is
+// column r by symmetry: thread i takes x_i = W_ir from its own row (entry_at) and publishes it in sx
+// with x_r-1 left out (sx: x_k for k < r - 1, zero from r - 1 on), and thread r - 1 publishes its row
+// in sn (W_k,r-1 for p, and x_r-1 = W_r-1,r). Every thread then forms head2 = |sx|^2 and the step's
+// scalars itself (the same sum in the same order on every thread), in the loop of p = W u / b =
+// (W sx + W_:,r-1 u_r-1) / b (eq. 12), and publishes u_i, p_i in su, sp for u.p and the rank-2
+// update. (The owner of row r formed x and head2 alone while the block waited: Nsight Compute,
+// eigh_small<float, 64>, 16 % of the warps' stall samples on or behind it.) Two barriers per step: sx
+// and sn are read only between them, su and sp only after the second. Columns k >= r of a step are
+// untouched (u_k = p_k = 0 there), so the loops stop at KV = R1 rounded up to V: the columns the
 // phase's first step has (row_regs_phases).
 template <typename T, int S, int NV, int R1, int R0>
-__device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, T* su, T* sp, int i, bool active)
+__device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, T* sx, T* sn, T* su, T* sp, int i,
+                                               bool active)
 {
-    constexpr int V = 16 / sizeof(T), KV = (R1 + V - 1) / V * V;
+    constexpr int V = 16 / sizeof(T), KV = (R1 + V - 1) / V * V, KN = (R1 + V) / V * V;
 #pragma unroll 1
     for (int r = R1; r >= R0; --r) {
-        __syncthreads();                                 // the last step's readers of su, sp are done
-        if (active && i == r) {                          // u_k = x_k (k < r-1), u_{r-1} = x_{r-1} - alpha
-            T h4[4] = {T(0), T(0), T(0), T(0)};         // head2 in four partial sums (a shorter chain)
+        const T xi = entry_at<T, NV, R0, pow2_ceil(R1 - R0 + 1)>(w, r - R0);
+        const bool in = active && i < r;
+        sx[i] = in && i < r - 1 ? xi : T(0);
+        if (active && i == r - 1) {                      // row r - 1 through column r
 #pragma unroll
-            for (int k = 0; k < KV; ++k) {
-                su[k] = k < r ? w[k] : T(0);
-                h4[k % 4] += k < r - 1 ? w[k] * w[k] : T(0);
-            }
-            const T xl = su[r - 1];
-            const StepScalars<T> st = step_scalars((h4[0] + h4[1]) + (h4[2] + h4[3]), xl);
-            su[r - 1] = st.act ? st.ul : T(0);           // (act false: x_k = 0 below, so u = 0)
-            beta[r] = st.inv_b;
-            e[r - 1] = st.act ? st.alpha : xl;
+            for (int k = 0; k < KN; ++k) sn[k] = w[k];
         }
         __syncthreads();
-        const T inv_b = beta[r];
-        const T ui = active && i < r ? su[i] : T(0);
-        T pi = 0;
-        if (active && i < r) {                           // p = W u / b   (eq. 12)
+        T ui = 0, pi = 0, inv_b = 0;
+        if (in) {
+            T h4[4] = {T(0), T(0), T(0), T(0)};         // head2 in four partial sums
 #pragma unroll
             for (int k0 = 0; k0 < KV; k0 += V) {
                 T c[V];
-                load16(su + k0, c);
+                load16(sx + k0, c);
 #pragma unroll
-                for (int t = 0; t < V; ++t) pi += w[k0 + t] * c[t];
+                for (int t = 0; t < V; ++t) {
+                    h4[(k0 + t) % 4] += c[t] * c[t];
+                    pi += w[k0 + t] * c[t];
+                }
                 pace_loads<T>(k0);
             }
-            pi *= inv_b;
+            const T xl = sn[r];
+            const StepScalars<T> st = step_scalars((h4[0] + h4[1]) + (h4[2] + h4[3]), xl);
+            const T ul = st.act ? st.ul : T(0);          // (act false: x_k = 0 for k < r - 1, so u = 0)
+            ui = i < r - 1 ? xi : ul;
+            inv_b = st.inv_b;
+            pi = fma(sn[i], ul, pi) * inv_b;
+            W[i * S + r] = ui;                           // u_r in column r (for apply_q)
+            if (i == r - 1) {
+                beta[r] = st.inv_b;
+                e[r - 1] = st.act ? st.alpha : xl;
+            }
         }
+        su[i] = ui;
         sp[i] = pi;
-        if (active && i < r) W[i * S + r] = ui;          // u_r in column r (for apply_q)
         __syncthreads();
         T up = 0;                                        // u.p
 #pragma unroll
@@ -569,35 +595,35 @@ __device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, 
 // Steps per phase of tridiagonalize_row_regs. Each phase is another copy of the loops, and the
 // eigen kernels above N = 32 wait on the instruction cache (Nsight Compute, eigh_small<float, 64>, one
 // system per block: "no instruction" 16.5 % of the stall samples with one full-width loop, 24.4 % with
-// phases of 32). Measured on the H100 (eigh_small, 2^17 systems, against one full-width loop, at
-// _gpu._systems_per_block's blocks; outputs bitwise equal; the reduction alone at N = 64: 16.5 ->
-// 11.4 ms with phases of 8, 13.3 with 32): phases of 8: N = 33 10.26 -> 9.42 ms, N = 40 13.34 ->
-// 12.06, N = 48 +4 %, N = 56 +16 %, N = 64 (two systems per block) 38.73 -> 37.48; of 32: N = 33
-// -2 %, N = 40 -3 %, N = 48 20.84 -> 20.19, N = 56 39.54 -> 39.78, N = 64 38.68 -> 36.17.
+// phases of 32); shorter phases stop their loops sooner and select x_i from fewer entries. Measured on
+// the H100 (eigh_small, 2^17 systems, at _gpu._systems_per_block's blocks; kernel ms, phases of 8 / 16
+// / 32): N = 33 9.92 / 10.20 / 9.49, N = 40 11.13 / 11.37 / 12.03, N = 48 18.82 / 18.79 / 18.94,
+// N = 56 26.94 / 26.81 / 27.66, N = 64 31.34 / 30.97 / 31.68.
 template <int N>
-__host__ __device__ constexpr int row_regs_phase() { return N > 40 ? 32 : 8; }
+__host__ __device__ constexpr int row_regs_phase() { return N > 40 ? 16 : 8; }
 
 // The steps of tridiagonalize_row_regs from r = R1 down to 2, in phases of row_regs_phase steps.
 template <typename T, int N, int S, int NV, int R1>
-__device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta, T* su, T* sp, int i, bool active)
+__device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta, T* sx, T* sn, T* su, T* sp, int i,
+                                                bool active)
 {
     if constexpr (R1 >= 2) {
         constexpr int R0 = R1 - row_regs_phase<N>() + 1 > 2 ? R1 - row_regs_phase<N>() + 1 : 2;
-        row_regs_steps<T, S, NV, R1, R0>(w, W, e, beta, su, sp, i, active);
-        row_regs_phases<T, N, S, NV, R0 - 1>(w, W, e, beta, su, sp, i, active);
+        row_regs_steps<T, S, NV, R1, R0>(w, W, e, beta, sx, sn, su, sp, i, active);
+        row_regs_phases<T, N, S, NV, R0 - 1>(w, W, e, beta, sx, sn, su, sp, i, active);
     }
 }
 
 // W: N x S working copy of the symmetric matrix (full), reduced to tridiagonal form (eq. 11-13) with
 // thread i holding row i in registers (rows_in_registers, above N = 32: the system's N threads meeting
-// at __syncthreads). Step r: the owner of row r makes u (eq. 11) from its row and broadcasts it
-// through tmp with its scalars (beta[r], e[r - 1]); thread i < r forms p_i = (W u)_i / b (eq. 12) and
-// broadcasts it through tmp + VL; every thread takes u.p from the two vectors, then its row's rank-2
-// update W -= q u^T + u q^T with q = p - (u.p / 2b) u (eq. 13) touches registers only; the steps run
-// in phases (row_regs_phases). (The version with W in shared memory was bound by its shared-memory
-// traffic: H100, 2^17 systems, float32 N = 64 19.7 ms for the load, screening and reduction, float64
-// 51.7 ms.) On exit: d[k] = T_kk, e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] =
-// 1/b_r (0 where H_r = I); the rest of W is left as it was. tmp: 2 VL scratch, 16-byte aligned. All
+// at __syncthreads). Step r: thread i < r takes x_i (column r of its row), forms u (eq. 11) and
+// p_i = (W u)_i / b (eq. 12) and broadcasts u_i, p_i through tmp, tmp + VL (row_regs_steps); every
+// thread takes u.p from the two vectors, then its row's rank-2 update W -= q u^T + u q^T with
+// q = p - (u.p / 2b) u (eq. 13) touches registers only; the steps run in phases (row_regs_phases).
+// (The version with W in shared memory was bound by its shared-memory traffic: H100, 2^17 systems,
+// float32 N = 64 19.7 ms for the load, screening and reduction, float64 51.7 ms.) On exit: d[k] = T_kk,
+// e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] = 1/b_r (0 where H_r = I); the rest
+// of W is left as it was. tmp: 4 VL scratch (x and row r - 1 in the last two), 16-byte aligned. All
 // threads of the block call this.
 template <typename T, int N, int S>
 __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
@@ -605,6 +631,8 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
     constexpr int V = 16 / sizeof(T), NV = (N + V - 1) / V * V, VL = HHLayout<N>::VL;
     T* su = tmp;          // u, zero from r on (first the rows' maxima)
     T* sp = tmp + VL;     // p, zero from r on
+    T* sx = tmp + 2 * VL; // x without x_r-1, zero from r - 1 on
+    T* sn = tmp + 3 * VL; // row r - 1
     T w[NV], m = 0;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
@@ -613,7 +641,7 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
     }
     su[i] = active ? m : T(0);
     if (i == 0)
-        for (int k = N; k < NV; ++k) { su[k] = T(0); sp[k] = T(0); }   // (never written again)
+        for (int k = N; k < NV; ++k) { su[k] = T(0); sp[k] = T(0); sx[k] = T(0); }   // (never written again)
     __syncthreads();
     // scale by a power of 2 to max |W_ij| ~ 1 (the reflectors do not depend on it): no under/overflow in squares
     m = 0;
@@ -628,7 +656,7 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
     const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
 #pragma unroll
     for (int k = 0; k < NV; ++k) w[k] *= unscale;
-    row_regs_phases<T, N, S, NV, N - 1>(w, W, e, beta, su, sp, i, active);
+    row_regs_phases<T, N, S, NV, N - 1>(w, W, e, beta, sx, sn, su, sp, i, active);
     __syncthreads();
     if (active) {
         T di = 0;
