@@ -11,11 +11,11 @@
 #include "tridiag_eigh.cuh"
 
 // Per system: MATS matrix slots ML apart (W and Q, N x S; V, N x dc_v_stride: for MATS = 3 its own
-// slot, else W's), then VECS vectors VL apart: d, e,
-// beta, tmp (2; the float32 reduction above N = 32 takes the next two as well, lam and dt of the
-// divide and conquer, unused until it starts), the divide and conquer's nine, and for eig_truncate_solve y and the group scratch of
-// N + 1 after it. With MATS = 2 V shares W's storage: the reflectors wait in the output during the
-// divide and conquer (move_reflectors), and 14 vectors. H100 (227 KB of shared memory per SM, 1 KB
+// slot, else W's), then VECS vectors VL apart: d, e, beta, tmp (2; the float32 reduction above N = 32
+// takes the next two as well, lam and dt of the divide and conquer, unused until it starts), the
+// divide and conquer's nine, and for eig_truncate_solve y and the group scratch of N + 1 after it.
+// With MATS = 2 V shares W's storage: the reflectors wait in the output during the divide and
+// conquer (move_reflectors), and 14 vectors. H100 (227 KB of shared memory per SM, 1 KB
 // per block reserved): N = 64 float32 6 systems per SM (4 with three matrices), float64 3 (2).
 // eigh_small takes MATS = 2 (eigh_mats) but for float32 16 < N <= 32, where more resident blocks were
 // slower (the instruction cache, as in _gpu._systems_per_block). Kernel ms, 2^17 SPD systems, three ->

@@ -135,13 +135,13 @@ __device__ __forceinline__ int merge_order(const int* perm, const int* idx, int*
 // were slower (H100, 2^17 systems, kernel ms, all m -> lists from M = 16: float32 N = 24 4.75 -> 4.85,
 // 32 6.40 -> 6.50, float64 N = 24 8.94 -> 9.37; above 32 rows: float32 N = 48 18.84 -> 18.92, 56 28.64
 // -> 27.65, 64 32.98 -> 31.67, float64 N = 33 23.43 -> 22.99, 48 55.30 -> 54.30, 64 114.6 -> 110.7).
-// M >= m bounds the merge size of the round: the row's new entries are M sums in
-// registers, and each row of V is read by 16-byte loads that the threads at the same position share
-// (the loop over the rows of V outside: one load per 4 (float32) or 2 (float64) FMAs; with the
-// columns outside, each FMA waited for a load of its own, and the loads were 13 % of the instructions
-// of eigh_small<float, 32>). The sums run over the rows in ascending order. Loads past the merge's m
-// columns read the next row or, from V's last rows, the storage after V (Q's slot, or the vectors with
-// three matrices: the system's own); those sums are not stored.
+// M >= m bounds the merge size of the round: the row's new entries are M sums in registers, and each
+// row of V is read by 16-byte loads that the threads at the same position share (the loop over the
+// rows of V outside: one load per 4 (float32) or 2 (float64) FMAs; with the columns outside, each FMA
+// waited for a load of its own, and the loads were 13 % of the instructions of eigh_small<float, 32>).
+// The sums run over the rows in ascending order. Loads past the merge's m columns read the next row
+// or, from V's last rows, the storage after V (Q's slot, or the vectors with three matrices: the
+// system's own); those sums are not stored.
 template <typename T, int S, int VS, int M>
 __device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, int m, int base, int cnt)
 {
