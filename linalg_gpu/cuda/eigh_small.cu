@@ -124,37 +124,26 @@ __device__ __forceinline__ void apply_q_packed_phase(const T* P, const T* beta, 
     if constexpr (R1 < N) apply_q_packed_phase<T, N, R1, (R1 + 8 < N ? R1 + 8 : N)>(P, beta, col);
 }
 
-// Whether the back-transformation reads packed rows (its columns in registers above N = 32).
-template <typename T, int N>
-__host__ __device__ constexpr bool packed_reflectors() { return N > 32 && rows_in_registers<T>(); }
+// Whether the back-transformation reads packed rows (above N = 32).
+template <int N>
+__host__ __device__ constexpr bool packed_reflectors() { return N > 32; }
 
-// N <- Q_h N for the matrix of eigenvectors: thread c owns column c, in registers (N <= 32 and
-// packed_reflectors), the steps in rolled phases of 8 (unrolled, they were 1.4k instructions of
-// straight code at N = 32). u_r: column r of W (rows < r), or the packed rows of move_reflectors. The
-// loop over W and M in shared memory (float64 above N = 32) was bound by its shared-memory traffic in
-// float32 (H100, 2^17 systems, N = 64: about 27 ms with the reflectors' way back).
+// N <- Q_h N for the matrix of eigenvectors: thread c owns column c, in registers, the steps in rolled
+// phases of 8 (unrolled, they were 1.4k instructions of straight code at N = 32). u_r: column r of W
+// (rows < r), or the packed rows of move_reflectors. (A loop over W and M in shared memory was bound
+// by its shared-memory traffic in float32: H100, 2^17 systems, N = 64: about 27 ms with the
+// reflectors' way back; float64 ran it until session 28, see tridiagonalize_row_regs.)
 template <typename T, int N, int S>
 __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool active)
 {
-    if constexpr (N <= 32 || packed_reflectors<T, N>()) {
-        if (active) {
-            T col[N];
+    if (active) {
+        T col[N];
 #pragma unroll
-            for (int k = 0; k < N; ++k) col[k] = M[k * S + c];
-            if constexpr (N > 32) apply_q_packed_phase<T, N, 2, 10>(W, beta, col);
-            else if constexpr (N > 2) apply_q_phase<T, N, S, 2, (10 < N ? 10 : N)>(W, beta, col);
+        for (int k = 0; k < N; ++k) col[k] = M[k * S + c];
+        if constexpr (N > 32) apply_q_packed_phase<T, N, 2, 10>(W, beta, col);
+        else if constexpr (N > 2) apply_q_phase<T, N, S, 2, (10 < N ? 10 : N)>(W, beta, col);
 #pragma unroll
-            for (int k = 0; k < N; ++k) M[k * S + c] = col[k];
-        }
-    } else {
-        for (int r = 2; r < N; ++r) {
-            if (active) {
-                T s = 0;
-                for (int k = 0; k < r; ++k) s += W[k * S + r] * M[k * S + c];   // u_r: column r of W
-                s *= beta[r];
-                for (int k = 0; k < r; ++k) M[k * S + c] -= W[k * S + r] * s;
-            }
-        }
+        for (int k = 0; k < N; ++k) M[k * S + c] = col[k];
     }
     gsync<N>();
 }
@@ -171,12 +160,12 @@ __device__ void move_reflectors(T* W, T* out, int c, bool active)
 #pragma unroll 8
         for (int r = max(c + 1, 2); r < N; ++r) {
             if constexpr (TO_OUT) out[r * N + c] = W[c * S + r];
-            else if constexpr (!packed_reflectors<T, N>()) W[c * S + r] = out[r * N + c];
+            else if constexpr (!packed_reflectors<N>()) W[c * S + r] = out[r * N + c];
             else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
                               :: "r"((unsigned)__cvta_generic_to_shared(W + packed_row<T>(r) + c)),
                                  "l"(out + r * N + c), "n"(sizeof(T)) : "memory");
         }
-        if constexpr (!TO_OUT && packed_reflectors<T, N>()) asm volatile("cp.async.wait_all;" ::: "memory");
+        if constexpr (!TO_OUT && packed_reflectors<N>()) asm volatile("cp.async.wait_all;" ::: "memory");
     }
     gsync<N>();
 }
@@ -184,12 +173,12 @@ __device__ void move_reflectors(T* W, T* out, int c, bool active)
 // The most threads per block of eigh_small (_gpu.EIGH_BLOCK_ABOVE_32). float32 above N = 32: 192, and
 // two blocks per SM in __launch_bounds__, a cap of 170 registers, which keeps the register rows of the
 // reduction and of the back-transformation from spilling (uncapped, ptxas gave N = 33 and 48 64-80
-// registers with spills).
+// registers with spills). float64: 256 and one block, a cap of 255 (N = 64 takes about 200).
 template <typename T, int N>
 __host__ __device__ constexpr int eigh_block_threads() { return Group<N>::WARP ? 128 : (sizeof(T) == 4 ? 192 : 256); }
 
 template <typename T, int N>
-__global__ void __launch_bounds__(eigh_block_threads<T, N>(), packed_reflectors<T, N>() ? 2 : 1)
+__global__ void __launch_bounds__(eigh_block_threads<T, N>(), !Group<N>::WARP && sizeof(T) == 4 ? 2 : 1)
 eigh_small(const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs, bool* __restrict__ nonfinite,
            T* __restrict__ asym, const int* __restrict__ tree, long long batch, int spb)
 {

@@ -1,8 +1,8 @@
 // Householder tridiagonalization (paper 001, section 4, eqs. 8-14, the collaborative version of
 // Algorithm 2), three ways: in registers with R rows per lane (tridiagonalize_rows: Householder +
 // PCR, N <= 32 R; rolled loops for a warp per system, N > 32), in registers with one row per lane
-// (screen_tridiagonalize_regs: the eigen kernels, N <= 32), or in shared memory with one row per
-// thread of a block (tridiagonalize: the eigen kernels, N > 32). Included by householder_pcr.cu and
+// (screen_tridiagonalize_regs: the eigen kernels, N <= 32), or in registers with one row per thread
+// of a block (tridiagonalize_row_regs: the eigen kernels, N > 32). Included by householder_pcr.cu and
 // eigh_small.cu.
 #pragma once
 
@@ -494,11 +494,6 @@ __device__ void tridiagonalize_rows(T (&w)[R][NV], T* sA, T* su, T* sq, T* beta,
     }
 }
 
-// Whether the eigen kernels above N = 32 hold the reduction's rows and the back-transformation's
-// columns in registers: float32 only (float64 was slower; see tridiagonalize).
-template <typename T>
-__host__ __device__ constexpr bool rows_in_registers() { return sizeof(T) == 4; }
-
 // w[LO + o] for 0 <= o < LEN (a power of two) and a run-time o: a tree of LEN - 1 selects on the bits
 // of o (registers cannot be indexed at run time; entries past NV are never selected).
 template <typename T, int NV, int LO, int LEN>
@@ -615,13 +610,14 @@ __device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta,
 }
 
 // W: N x S working copy of the symmetric matrix (full), reduced to tridiagonal form (eq. 11-13) with
-// thread i holding row i in registers (rows_in_registers, above N = 32: the system's N threads meeting
-// at __syncthreads). Step r: thread i < r takes x_i (column r of its row), forms u (eq. 11) and
+// thread i holding row i in registers (above N = 32: the system's N threads meeting at __syncthreads). Step r: thread i < r takes x_i (column r of its row), forms u (eq. 11) and
 // p_i = (W u)_i / b (eq. 12) and broadcasts u_i, p_i through tmp, tmp + VL (row_regs_steps); every
 // thread takes u.p from the two vectors, then its row's rank-2 update W -= q u^T + u q^T with
 // q = p - (u.p / 2b) u (eq. 13) touches registers only; the steps run in phases (row_regs_phases).
 // (The version with W in shared memory was bound by its shared-memory traffic: H100, 2^17 systems,
-// float32 N = 64 19.7 ms for the load, screening and reduction, float64 51.7 ms.) On exit: d[k] = T_kk,
+// float32 N = 64 19.7 ms for the load, screening and reduction, float64 51.7 ms. float64 kept it until
+// the owner's step was gone; eigh_small float64, kernel ms, shared -> register rows: N = 33 22.99 ->
+// 18.64, 40 36.60 -> 26.47, 48 54.28 -> 42.05, 56 101.2 -> 79.05, 64 111.1 -> 89.60.) On exit: d[k] = T_kk,
 // e[k] = T_k+1,k, column r of W (rows < r) holds u_r and beta[r] = 1/b_r (0 where H_r = I); the rest
 // of W is left as it was. tmp: 4 VL scratch (x and row r - 1 in the last two), 16-byte aligned. All
 // threads of the block call this.
@@ -674,92 +670,6 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
     __syncthreads();
 }
 
-// W: N x S working copy of the symmetric matrix (full), reduced in place to tridiagonal form in shared
-// memory (float64; tridiagonalize). On exit: d[k] = T_kk, e[k] = T_k+1,k, column r of W (rows < r)
-// holds u_r and beta[r] = 1/b_r (0 where H_r = I). tmp: 2 VL scratch. All threads of the block call
-// this (it synchronizes).
-template <typename T, int N, int S>
-__device__ void tridiagonalize_shared(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
-{
-    T* p = tmp;           // p, then q
-    T* sc = tmp + N;      // scalars: [0] head2, [1] u.p, [2] scale
-    // scale by a power of 2 to max |W_ij| ~ 1 (the reflectors do not depend on it): no under/overflow in squares
-    if (active) {
-        T m = 0;
-        for (int k = 0; k < N; ++k) m = fmax(m, fabs(W[i * S + k]));
-        p[i] = m;
-    }
-    gsync<N>();
-    if (active && i == 0) {
-        T m = 0;
-        for (int k = 0; k < N; ++k) m = fmax(m, p[k]);
-        sc[2] = T(scale_exponent(m));
-    }
-    gsync<N>();
-    const int ex = int(sc[2]);
-    const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
-    if (active) for (int k = 0; k < N; ++k) W[i * S + k] *= unscale;
-    gsync<N>();
-    for (int r = N - 1; r >= 2; --r) {
-        // x = W[r][0..r): squares below the subdiagonal
-        T xi = (active && i < r - 1) ? W[r * S + i] : T(0);
-        const T head2 = group_sum<T, N>(xi * xi, p, i);
-        const T xl = W[r * S + r - 1];
-        const T sigma = sqrt(head2 + xl * xl);
-        const T alpha = xl >= T(0) ? -sigma : sigma;
-        const bool act = head2 > T(0);
-        const T inv_b = act ? T(1) / (sigma * sigma - alpha * xl) : T(0);
-        gsync<N>();
-        // u lives in row r: u_k = x_k (k < r-1), u_{r-1} = x_{r-1} - alpha (eq. 11)
-        if (active && i == 0) {
-            W[r * S + r - 1] = act ? xl - alpha : T(0);
-            beta[r] = inv_b;
-            e[r - 1] = act ? alpha : xl;
-        }
-        if (active && !act && i < r - 1) W[r * S + i] = T(0);
-        gsync<N>();
-        // Every lane reaches every synchronization below (systems differ in act).
-        const T* u = W + r * S;
-        T pi = 0, ui = 0;
-        if (act && active && i < r) {                    // p = W u / b   (eq. 12)
-            for (int m = 0; m < r; ++m) pi += W[i * S + m] * u[m];
-            pi *= inv_b;
-            ui = u[i];
-        }
-        const T Bi = group_sum<T, N>(pi * ui, p, i) * inv_b / T(2);   // B = u.p / (2b)
-        const T qi = pi - Bi * ui;                       // q = p - B u
-        if (active && i < r) p[i] = qi;
-        gsync<N>();
-        if (act && active && i < r) {                    // W -= q u^T + u q^T   (eq. 13), row i
-            for (int m = 0; m < r; ++m) W[i * S + m] -= qi * u[m] + ui * p[m];
-        }
-        if (active && i < r) W[i * S + r] = ui;          // u_r in column r (for apply_q)
-        gsync<N>();
-    }
-    if (active && i == 0) {
-        beta[0] = 0;
-        if (N > 1) beta[1] = 0;
-        if (N > 1) e[0] = W[1 * S + 0];
-    }
-    gsync<N>();
-    if (active) {
-        d[i] = W[i * S + i] * scale;
-        if (i + 1 < N) e[i] *= scale;
-    }
-    gsync<N>();
-}
-
-// The reduction of the eigen kernels above N = 32: register rows in float32, W in shared memory in
-// float64, where the register rows were slower (H100, eigh_small kernel, 2^17 systems, shared ->
-// register rows with the back-transformation's, ms: float64 N = 48 72.6 -> 80.7, N = 64 153.0 -> 173.4,
-// at 162-168 registers; float32 N = 64 75.4 -> 58.8).
-template <typename T, int N, int S>
-__device__ void tridiagonalize(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
-{
-    if constexpr (rows_in_registers<T>()) tridiagonalize_row_regs<T, N, S>(W, d, e, beta, tmp, i, active);
-    else tridiagonalize_shared<T, N, S>(W, d, e, beta, tmp, i, active);
-}
-
 // Row i of the residual: ri += (A y)_i and rs += sum_k |A_ik|, A the symmetric matrix defined by the
 // lower triangle of the input. N <= 32: from the shared copy, whose lower triangle
 // screen_tridiagonalize_regs leaves unchanged, by lower_row_dot (y 16-byte aligned, VL long); above,
@@ -785,7 +695,7 @@ __device__ __forceinline__ void residual_row(const T* Ws, const T* Ag, const T* 
 // (rolled_tridiagonalize_rows, R = 1, Group<N>::W lanes per system, no right-hand side), u and q
 // broadcast by 16-byte loads from tmp (2 VL long). The lane reads row and column i of the staged
 // copy W once: they give the screening and the row of the matrix defined by the lower triangle; a
-// system whose input is not finite is reduced as zero. On exit, as tridiagonalize(): d, e, beta,
+// system whose input is not finite is reduced as zero. On exit, as tridiagonalize_row_regs: d, e, beta,
 // u_r in column r of W above the diagonal; the lower triangle of W is the input. bi: the nrhs
 // right-hand sides of row i. Returns whether the input is finite.
 // Unrolled (until session 19), the reduction was 5.6k of the 13.2k instructions of
@@ -851,7 +761,7 @@ __device__ bool screen_tridiagonalize_regs(T* W, const T* bi, int nrhs, T* d, T*
 
 // The input screening and the reduction to tridiagonal form with one row per lane (the eigen
 // kernels), one system per group of Group<N>::W lanes, on the matrix that stage_matrices put into
-// W. N <= 32: screen_tridiagonalize_regs; above: screen_and_symmetrize and tridiagonalize. bsys:
+// W. N <= 32: screen_tridiagonalize_regs; above: screen_and_symmetrize and tridiagonalize_row_regs. bsys:
 // the system's nrhs right-hand sides in global memory; active: the system exists and lane i has a row.
 // A system whose input is not finite is reduced as the zero matrix (NaN would derail the index
 // arithmetic of the divide and conquer); returns whether the input is finite. Every thread of the
@@ -866,7 +776,7 @@ __device__ bool screen_and_tridiagonalize(const T* bsys, int nrhs, T* W, T* d, T
     } else {
         const bool fin = screen_and_symmetrize<T, N, S>(W, bsys + (size_t)i * nrhs, nrhs, tmp, i, active,
                                                         nonfinite, asym);
-        tridiagonalize<T, N, S>(W, d, e, beta, tmp, i, active);
+        tridiagonalize_row_regs<T, N, S>(W, d, e, beta, tmp, i, active);
         return fin;
     }
 }
