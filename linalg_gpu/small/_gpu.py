@@ -86,7 +86,8 @@ def _systems_per_block(n, per_system_bytes, regs, device_id, max_threads=256, lo
     1: 45.98, 2: 36.17, 3: 37.87 (Nsight Compute: the kernel waits on the instruction cache, and a block's
     systems run the same steps together), 2^16 systems n = 52 1: 16.38, 2: 12.98, n = 60 1: 21.40, 2: 17.51;
     eig_truncate_solve float32 n = 64 1: 24.45, 2: 23.67, float64 1: 73.20, 2: 75.15; eigh_small float64
-    n = 64 1: 113.6, 3: 122.3, n = 56 1: 103.3, 3: 109.5."""
+    n = 64 1: 113.6, 3: 122.3, n = 56 1: 103.3, 3: 109.5 (W in shared memory then; with float64's register
+    rows, session 28, both tie-breaks picked the same blocks at n = 33, 40, 48, 56 and 64)."""
     lanes = _lanes(n)
     step = 32 // lanes if n <= 32 else 1
     top = max(step, THREADS // lanes if n <= 32 else max_threads // n)
