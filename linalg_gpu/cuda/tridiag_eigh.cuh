@@ -382,7 +382,8 @@ __device__ void dc_tridiag_eigh(const T* d, const T* e, DCScratch<T> s, const in
         gsync<N>();
         int base = 0, cnt = 0;
         if (in) {
-            if (N > 32 && mmax > 32) cnt = merge_order(s.perm, s.idx, s.close, st, j, n1, m, mixed, base);   // (M > 32)
+            if (N > 32 && mmax > 32)                        // merge_row's lists (M > 32)
+                cnt = merge_order(s.perm, s.idx, s.close, st, j, n1, m, mixed, base);
             const T li = s.Z[i];
             int rank = 0;
             for (int k = 0; k < m; ++k) rank += (s.Z[st + k] < li) || (s.Z[st + k] == li && k < j);
