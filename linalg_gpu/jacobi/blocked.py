@@ -39,6 +39,7 @@ import numpy as np
 from .._backend import get_array_module, to_host
 from .block import SIZES, block_eigh
 from .congruence import block_hyperbolic, block_hz
+from .gsvd import zero_threshold
 from .hsvd import _output_slots
 from .orderings import round_robin
 
@@ -497,7 +498,7 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, bl
     order = xp.argsort(-(alpha / beta))
     alpha, beta, sF, sG, theta = alpha[order], beta[order], sF[order], sG[order], theta[order]
     WF, WG, WZ = WF[order], WG[order], WZ[order]
-    nz = sF > n * np.finfo(dt).eps * xp.linalg.norm(WF) * xp.linalg.norm(WZ, axis=1) * theta   # as gsvd._finish
+    nz = zero_threshold(sF, WZ, float(xp.linalg.norm(RF)), xp)
     alpha = xp.where(nz, alpha, 0)
     Us = xp.zeros((n, n), dtype=dt)
     Us[:, nz] = (WF[nz] / sF[nz, None]).T
