@@ -38,16 +38,29 @@ __device__ __forceinline__ void load_pair(const double* p, double& x, double& y)
     x = v.x; y = v.y;
 }
 
-// At the end of chunk k0 of an unrolled loop of 16-byte loads over a row: a __syncwarp after every fourth
+// At the end of chunk k0 of an unrolled loop of 16-byte loads over a row: a __syncwarp after every EVERY-th
 // load, so that ptxas does not hoist the whole row's loads ahead of their FMAs (the reduction of
 // float32 N = 64: 215 registers, spills in float64; merge_row of float64 N = 33: 167 registers, 120
-// with it).
-template <typename T>
+// with it). Each costs four instructions (VOTE, R2UR, BRA.DIV, WARPSYNC): 6.8 % of those of
+// eigh_small<double, 64> with a __syncwarp every fourth load (Nsight Compute).
+template <typename T, int EVERY = 4>
 __device__ __forceinline__ void pace_loads(int k0)
 {
     constexpr int V = 16 / sizeof(T);
-    if (k0 % (4 * V) == 3 * V) __syncwarp(__activemask());
+    if (k0 % (EVERY * V) == (EVERY - 1) * V) __syncwarp(__activemask());
 }
+
+// The loads per pace_loads of the eigen kernels' loops over rows of N entries: 8 from N = 48 on, where
+// the loops are long enough to pay for the registers. Measured on the H100 (eigh_small, 2^17 systems,
+// kernel ms, every 4 -> every 8 loads, outputs bitwise equal): float32 N = 33 9.88 -> 9.73, 40 11.15 ->
+// 12.26 (116 -> 132 registers: 3 systems per block instead of 4), 41 12.23 -> 13.44, 44 16.82 -> 16.21,
+// 48 18.77 -> 17.71, 56 26.89 -> 26.01, 64 31.05 -> 30.00; float64 N = 33 18.63 -> 23.19 (135 -> 186
+// registers: 7 systems resident instead of 9), 40 26.38 -> 25.65, 41 29.33 -> 28.22, 44 33.92 -> 37.66
+// (168 -> 218 registers: 5 resident instead of 8), 48 41.99 -> 41.13, 56 78.65 -> 72.67, 64 90.00 ->
+// 84.51; float64 N <= 32 within 1 %. eig_truncate_solve (2^16 systems): float64 N = 48 35.93 -> 35.06,
+// 64 56.51 -> 54.64, float32 N = 48 12.60 -> 12.07, 64 21.10 -> 20.98.
+template <int N>
+__host__ __device__ constexpr int pace_every() { return N >= 48 ? 8 : 4; }
 
 // 1 / x for x of a scaled computation, 2^-126 <= |x| (float32) or 2^-1022 <= |x| (float64): fast_rcp (below)
 // without its range handling (the .ftz estimate; float64 two Newton steps). A smaller |x| gives inf

@@ -108,7 +108,7 @@ __device__ __forceinline__ void apply_q_packed_phase(const T* P, const T* beta, 
 #pragma unroll
             for (int t = 0; t < V; ++t)
                 if (k0 + t < R1 - 1) s4[(k0 + t) % 4] += c[t] * col[k0 + t];
-            pace_loads<T>(k0);
+            pace_loads<T, pace_every<N>()>(k0);
         }
         const T s = ((s4[0] + s4[1]) + (s4[2] + s4[3])) * beta[r];
 #pragma unroll
@@ -118,7 +118,7 @@ __device__ __forceinline__ void apply_q_packed_phase(const T* P, const T* beta, 
 #pragma unroll
             for (int t = 0; t < V; ++t)
                 if (k0 + t < R1 - 1) col[k0 + t] -= c[t] * s;
-            pace_loads<T>(k0);
+            pace_loads<T, pace_every<N>()>(k0);
         }
     }
     if constexpr (R1 < N) apply_q_packed_phase<T, N, R1, (R1 + 8 < N ? R1 + 8 : N)>(P, beta, col);

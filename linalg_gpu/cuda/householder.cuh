@@ -516,8 +516,8 @@ __device__ __forceinline__ T entry_at(const T (&w)[NV], int o)
 // eigh_small<float, 64>, 16 % of the warps' stall samples on or behind it.) Two barriers per step: sx
 // and sn are read only between them, su and sp only after the second. Columns k >= r of a step are
 // untouched (u_k = p_k = 0 there), so the loops stop at KV = R1 rounded up to V: the columns the
-// phase's first step has (row_regs_phases).
-template <typename T, int S, int NV, int R1, int R0>
+// phase's first step has (row_regs_phases). P: loads per pace_loads.
+template <typename T, int S, int NV, int R1, int R0, int P>
 __device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, T* sx, T* sn, T* su, T* sp, int i,
                                                bool active)
 {
@@ -544,7 +544,7 @@ __device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, 
                     h4[(k0 + t) % 4] += c[t] * c[t];
                     pi += w[k0 + t] * c[t];
                 }
-                pace_loads<T>(k0);
+                pace_loads<T, P>(k0);
             }
             const T xl = sn[r];
             const StepScalars<T> st = step_scalars((h4[0] + h4[1]) + (h4[2] + h4[3]), xl);
@@ -569,7 +569,7 @@ __device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, 
             load16(sp + k0, g);
 #pragma unroll
             for (int t = 0; t < V; ++t) up += c[t] * g[t];
-            pace_loads<T>(k0);
+            pace_loads<T, P>(k0);
         }
         // W -= q u^T + u q^T (eq. 13) with q = p - B u, B = u.p / (2b): row i -= (p_i - 2 B u_i) u^T + u_i p^T
         const T ci = pi - up * inv_b * ui;
@@ -581,7 +581,7 @@ __device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, 
                 load16(sp + k0, g);
 #pragma unroll
                 for (int t = 0; t < V; ++t) w[k0 + t] -= ci * c[t] + ui * g[t];
-                pace_loads<T>(k0);
+                pace_loads<T, P>(k0);
             }
         }
     }
@@ -604,7 +604,7 @@ __device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta,
 {
     if constexpr (R1 >= 2) {
         constexpr int R0 = R1 - row_regs_phase<N>() + 1 > 2 ? R1 - row_regs_phase<N>() + 1 : 2;
-        row_regs_steps<T, S, NV, R1, R0>(w, W, e, beta, sx, sn, su, sp, i, active);
+        row_regs_steps<T, S, NV, R1, R0, pace_every<N>()>(w, W, e, beta, sx, sn, su, sp, i, active);
         row_regs_phases<T, N, S, NV, R0 - 1>(w, W, e, beta, sx, sn, su, sp, i, active);
     }
 }

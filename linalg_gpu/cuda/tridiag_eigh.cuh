@@ -141,8 +141,8 @@ __device__ __forceinline__ int merge_order(const int* perm, const int* idx, int*
 // waited for a load of its own, and the loads were 13 % of the instructions of eigh_small<float, 32>).
 // The sums run over the rows in ascending order. Loads past the merge's m columns read the next row
 // or, from V's last rows, the storage after V (Q's slot, or the vectors with three matrices: the
-// system's own); those sums are not stored.
-template <typename T, int S, int VS, int M>
+// system's own); those sums are not stored. P: loads per pace_loads.
+template <typename T, int S, int VS, int M, int P>
 __device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, int m, int base, int cnt)
 {
     constexpr int V = 16 / sizeof(T);
@@ -171,7 +171,7 @@ __device__ __forceinline__ void merge_row(const DCScratch<T>& s, int st, int j, 
 #pragma unroll
             for (int t2 = 0; t2 < V; ++t2)
                 if (c0 + t2 < M) acc[c0 + t2] = fma(old, v[t2], acc[c0 + t2]);
-            pace_loads<T>(c0);
+            pace_loads<T, P>(c0);
         }
         old = next;
         e = en;
@@ -187,8 +187,8 @@ __device__ __forceinline__ void merge_row_bounded(const DCScratch<T>& s, int st,
                                                   int cnt)
 {
     constexpr int VS = dc_v_stride<N>();
-    if constexpr (M >= N) merge_row<T, S, VS, N>(s, st, j, m, base, cnt);
-    else if (mmax <= M) merge_row<T, S, VS, M>(s, st, j, m, base, cnt);
+    if constexpr (M >= N) merge_row<T, S, VS, N, pace_every<N>()>(s, st, j, m, base, cnt);
+    else if (mmax <= M) merge_row<T, S, VS, M, pace_every<N>()>(s, st, j, m, base, cnt);
     else merge_row_bounded<T, N, S, 2 * M>(s, st, j, m, mmax, base, cnt);
 }
 
