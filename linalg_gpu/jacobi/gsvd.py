@@ -277,7 +277,8 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
     Z : (N, N)
         Nonsingular; its columns are the generalized eigenvectors of (F^T F, G^T G).
     alpha, beta : (N,), real
-        alpha^2 + beta^2 = 1, beta > 0, sorted by alpha / beta descending.
+        alpha^2 + beta^2 = 1, beta > 0, sorted by alpha / beta descending. alpha_j is 0 where
+        ||F z_j|| <= N eps ||F||_F ||z_j|| (F rank deficient in that direction, to rounding).
     X : (N, N)
         Only with ``return_x``.
 
