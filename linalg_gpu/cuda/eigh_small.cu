@@ -12,8 +12,9 @@
 
 // Per system: MATS matrix slots ML apart (W and Q, N x S; V, N x dc_v_stride: for MATS = 3 its own
 // slot, else W's), then VECS vectors VL apart: d, e, beta, tmp (2; the reduction above N = 32 takes
-// the next two as well, lam and dt of the divide and conquer, unused until it starts), the
-// divide and conquer's nine, and for eig_truncate_solve y and the group scratch of N + 1 after it.
+// the next two as well, lam and dt of the divide and conquer, unused until it starts, and at N = 64
+// a third, dd), the divide and conquer's nine, and for eig_truncate_solve y and the group scratch
+// of N + 1 after it.
 // With MATS = 2 V shares W's storage: the reflectors wait in the output during the divide and
 // conquer (move_reflectors), and 14 vectors. H100 (227 KB of shared memory per SM, 1 KB
 // per block reserved): N = 64 float32 6 systems per SM (4 with three matrices), float64 3 (2).

@@ -516,10 +516,13 @@ __device__ __forceinline__ T entry_at(const T (&w)[NV], int o)
 // eigh_small<float, 64>, 16 % of the warps' stall samples on or behind it.) Two barriers per step: sx
 // and sn are read only between them, su and sp only after the second. Columns k >= r of a step are
 // untouched (u_k = p_k = 0 there), so the loops stop at KV = R1 rounded up to V: the columns the
-// phase's first step has (row_regs_phases). P: loads per pace_loads.
-template <typename T, int S, int NV, int R1, int R0, int P>
-__device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, T* sx, T* sn, T* su, T* sp, int i,
-                                               bool active)
+// phase's first step has (row_regs_phases). P: loads per pace_loads. NW > 0 (N = 32 NW: every warp
+// holds threads of one system): u.p by a butterfly over each warp (all lanes get the same sum), the NW
+// warp sums through sw, instead of every thread's loop over su and sp (H100, 2^17 systems, kernel ms:
+// eigh_small float32 N = 64 29.90 -> 28.92, float64 83.61 -> 80.48; eigenvalues within 2.5 eps |A|).
+template <typename T, int S, int NV, int R1, int R0, int P, int NW>
+__device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, T* sx, T* sn, T* su, T* sp, T* sw,
+                                               int i, bool active)
 {
     constexpr int V = 16 / sizeof(T), KV = (R1 + V - 1) / V * V, KN = (R1 + V) / V * V;
 #pragma unroll 1
@@ -560,16 +563,26 @@ __device__ __forceinline__ void row_regs_steps(T (&w)[NV], T* W, T* e, T* beta, 
         }
         su[i] = ui;
         sp[i] = pi;
-        __syncthreads();
         T up = 0;                                        // u.p
+        if constexpr (NW > 0) {
+            T part = ui * pi;
 #pragma unroll
-        for (int k0 = 0; k0 < KV; k0 += V) {
-            T c[V], g[V];
-            load16(su + k0, c);
-            load16(sp + k0, g);
+            for (int o = 16; o > 0; o /= 2) part += __shfl_xor_sync(0xffffffffu, part, o);
+            if (i % 32 == 0) sw[i / 32] = part;
+            __syncthreads();
 #pragma unroll
-            for (int t = 0; t < V; ++t) up += c[t] * g[t];
-            pace_loads<T, P>(k0);
+            for (int q = 0; q < NW; ++q) up += sw[q];
+        } else {
+            __syncthreads();
+#pragma unroll
+            for (int k0 = 0; k0 < KV; k0 += V) {
+                T c[V], g[V];
+                load16(su + k0, c);
+                load16(sp + k0, g);
+#pragma unroll
+                for (int t = 0; t < V; ++t) up += c[t] * g[t];
+                pace_loads<T, P>(k0);
+            }
         }
         // W -= q u^T + u q^T (eq. 13) with q = p - B u, B = u.p / (2b): row i -= (p_i - 2 B u_i) u^T + u_i p^T
         const T ci = pi - up * inv_b * ui;
@@ -599,13 +612,14 @@ __host__ __device__ constexpr int row_regs_phase() { return N > 40 ? 16 : 8; }
 
 // The steps of tridiagonalize_row_regs from r = R1 down to 2, in phases of row_regs_phase steps.
 template <typename T, int N, int S, int NV, int R1>
-__device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta, T* sx, T* sn, T* su, T* sp, int i,
-                                                bool active)
+__device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta, T* sx, T* sn, T* su, T* sp, T* sw,
+                                                int i, bool active)
 {
     if constexpr (R1 >= 2) {
         constexpr int R0 = R1 - row_regs_phase<N>() + 1 > 2 ? R1 - row_regs_phase<N>() + 1 : 2;
-        row_regs_steps<T, S, NV, R1, R0, pace_every<N>()>(w, W, e, beta, sx, sn, su, sp, i, active);
-        row_regs_phases<T, N, S, NV, R0 - 1>(w, W, e, beta, sx, sn, su, sp, i, active);
+        row_regs_steps<T, S, NV, R1, R0, pace_every<N>(), N % 32 == 0 ? N / 32 : 0>(w, W, e, beta, sx, sn, su, sp,
+                                                                                   sw, i, active);
+        row_regs_phases<T, N, S, NV, R0 - 1>(w, W, e, beta, sx, sn, su, sp, sw, i, active);
     }
 }
 
@@ -613,15 +627,15 @@ __device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta,
 // thread i holding row i in registers (above N = 32: the system's N threads meeting at __syncthreads).
 // Step r: thread i < r takes x_i (column r of its row), forms u (eq. 11) and p_i = (W u)_i / b
 // (eq. 12) and broadcasts u_i, p_i through tmp, tmp + VL (row_regs_steps); every thread takes u.p
-// from the two vectors, then its row's rank-2 update W -= q u^T + u q^T with q = p - (u.p / 2b) u
+// from the two vectors (for N a multiple of 32 from warp sums), then its row's rank-2 update W -= q u^T + u q^T with q = p - (u.p / 2b) u
 // (eq. 13) touches registers only; the steps run in phases (row_regs_phases). (The version with W in
 // shared memory was bound by its shared-memory traffic: H100, 2^17 systems, float32 N = 64 19.7 ms for
 // the load, screening and reduction, float64 51.7 ms. float64 kept it until the owner's step was gone;
 // eigh_small float64, kernel ms, shared -> register rows: N = 33 22.99 -> 18.64, 40 36.60 -> 26.47,
 // 48 54.28 -> 42.05, 56 101.2 -> 79.05, 64 111.1 -> 89.60.) On exit: d[k] = T_kk, e[k] = T_k+1,k,
 // column r of W (rows < r) holds u_r and beta[r] = 1/b_r (0 where H_r = I); the rest of W is left as
-// it was. tmp: 4 VL scratch (x and row r - 1 in the last two), 16-byte aligned. All threads of the
-// block call this.
+// it was. tmp: 4 VL scratch (x and row r - 1 in the last two; for N a multiple of 32 a fifth for the
+// warp sums of u.p), 16-byte aligned. All threads of the block call this.
 template <typename T, int N, int S>
 __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i, bool active)
 {
@@ -630,6 +644,7 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
     T* sp = tmp + VL;     // p, zero from r on
     T* sx = tmp + 2 * VL; // x without x_r-1, zero from r - 1 on
     T* sn = tmp + 3 * VL; // row r - 1
+    T* sw = tmp + 4 * VL; // the warps' sums of u.p (N = 32 NW)
     T w[NV], m = 0;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
@@ -653,7 +668,7 @@ __device__ void tridiagonalize_row_regs(T* W, T* d, T* e, T* beta, T* tmp, int i
     const T scale = ldexp(T(1), ex), unscale = ldexp(T(1), -ex);
 #pragma unroll
     for (int k = 0; k < NV; ++k) w[k] *= unscale;
-    row_regs_phases<T, N, S, NV, N - 1>(w, W, e, beta, sx, sn, su, sp, i, active);
+    row_regs_phases<T, N, S, NV, N - 1>(w, W, e, beta, sx, sn, su, sp, sw, i, active);
     __syncthreads();
     if (active) {
         T di = 0;
