@@ -626,9 +626,9 @@ __device__ __forceinline__ void row_regs_phases(T (&w)[NV], T* W, T* e, T* beta,
 // W: N x S working copy of the symmetric matrix (full), reduced to tridiagonal form (eq. 11-13) with
 // thread i holding row i in registers (above N = 32: the system's N threads meeting at __syncthreads).
 // Step r: thread i < r takes x_i (column r of its row), forms u (eq. 11) and p_i = (W u)_i / b
-// (eq. 12) and broadcasts u_i, p_i through tmp, tmp + VL (row_regs_steps); every thread takes u.p
-// from the two vectors (for N a multiple of 32 from warp sums), then its row's rank-2 update W -= q u^T + u q^T with q = p - (u.p / 2b) u
-// (eq. 13) touches registers only; the steps run in phases (row_regs_phases). (The version with W in
+// (eq. 12) and broadcasts u_i, p_i through tmp, tmp + VL (row_regs_steps); every thread takes u.p from the two
+// vectors (for N a multiple of 32 from warp sums), then its row's rank-2 update W -= q u^T + u q^T with q = p -
+// (u.p / 2b) u (eq. 13) touches registers only; the steps run in phases (row_regs_phases). (The version with W in
 // shared memory was bound by its shared-memory traffic: H100, 2^17 systems, float32 N = 64 19.7 ms for
 // the load, screening and reduction, float64 51.7 ms. float64 kept it until the owner's step was gone;
 // eigh_small float64, kernel ms, shared -> register rows: N = 33 22.99 -> 18.64, 40 36.60 -> 26.47,
