@@ -70,17 +70,22 @@ __device__ __forceinline__ void pcr_rows(T (&d)[R], T (&c)[R], T (&v)[R], int q)
 }
 
 // Blocks of 128 threads per SM for __launch_bounds__ of householder_pcr_solve, that is a register cap:
-// 4 (128 registers); none for float32 N <= 8 and for N > 32, but 3 (168 registers) for float32
-// N > 40. Swept on the H100 over 1, 3, 4, 5, 6, 8 blocks for the lanes of _hh_lanes (2^20
-// systems, kernel): float32 N = 32 (W = 16) 13.8 ms uncapped (163 registers), 11.1 ms at 4; float64
-// N = 16 (W = 8) 5.2 -> 4.0 ms, N = 8 (W = 2) 0.67 -> 0.61 ms, N = 32 (W = 32) 50.7 -> 28.7 ms;
-// float32 N = 8 (W = 2) 0.31 ms uncapped, 0.34 ms at 4. With the rolled reduction (N > 32, 2^18
-// systems): float32 N = 64 13.7 ms uncapped (252 registers), 11.0 at 3 blocks; N = 56 13.3 -> 10.5,
-// N = 48 11.0 -> 8.6, N = 40 6.35 uncapped (146 registers) against 6.55.
+// 4 (128 registers), but 2 (255) where a lane's R = ceil(N / W) rows take 448 bytes or more (float64
+// N = 14-16 and 19-24 at the lanes of _hh_lanes), none for float32 N <= 8 and for N > 32, and 3 (168) for
+// float32 N > 40. Swept on the H100 (2^20 systems, kernel ms, session 30), cap 255 / 128: float64 N = 16
+// (W = 4, 512 bytes) 2.24 / 3.39, N = 14 (W = 4, 448) 2.12 / 2.23, N = 13 (W = 4, 416) 1.95 / 1.75, N = 12
+// (W = 4) 1.66 / 1.27, N = 10 (W = 4) 1.00 / 0.84, N = 8 (W = 2) 0.45 / 0.40, N = 18 (W = 8, 432) 4.78 /
+// 4.36, N = 20 (W = 8, 480) 5.72 / 6.18, N = 22 (W = 8) 6.52 / 12.63, N = 24 (W = 8) 9.95 / 22.7, N = 32
+// (W = 32) 20.0 / 18.3; float32 N = 16 (W = 4) 1.07 / 1.00, N = 22 (W = 8) 3.72 / 3.17, N = 24 (W = 8) 4.39
+// / 3.87, N = 32 (W = 16) 8.33 / 7.16. Earlier sweeps (over 1, 3, 4, 5, 6, 8 blocks): float32 N <= 8
+// (W = 2) 0.31 ms uncapped, 0.34 ms at 4; with the rolled reduction (N > 32, 2^18 systems): float32 N = 64
+// 13.7 ms uncapped (252 registers), 11.0 at 3 blocks; N = 56 13.3 -> 10.5, N = 48 11.0 -> 8.6, N = 40 6.35
+// uncapped (146 registers) against 6.55.
 template <typename T, int N, int W>
 constexpr int hh_min_blocks()
 {
-    return (sizeof(T) == 4 && N > 40) ? 3 : ((N > 32 || (sizeof(T) == 4 && N <= 8)) ? 1 : 4);
+    constexpr int row_bytes = (N + W - 1) / W * N * (int)sizeof(T);
+    return (sizeof(T) == 4 && N > 40) ? 3 : ((N > 32 || (sizeof(T) == 4 && N <= 8)) ? 1 : (row_bytes >= 448 ? 2 : 4));
 }
 
 template <typename T, int N, int W>

@@ -253,21 +253,24 @@ def _flags(B, dtype):
 
 
 def _hh_lanes(n, itemsize):
-    """Lanes per system W of householder_pcr_solve (R = ceil(n / W) rows per lane, in registers).
+    """Lanes per system W of householder_pcr_solve: the least power of two whose R = ceil(n / W) rows per
+    lane (in registers) are at most 4 up to n = 16, 3 up to n = 24, and above that 2 in float32 and, up to
+    n = 32, 1 in float64 (above 32: W = 32, R = 2). The register cap goes with it (hh_min_blocks in
+    cuda/householder_pcr.cu: 255 registers where a lane's rows take 448 bytes or more, else 128).
 
-    The rule, from a sweep of W on the H100 (2^20 systems, kernel, each W at its best register cap):
-    the most rows per lane, up to 4, whose entries take at most 256 bytes of registers (R n itemsize;
-    float32 n = 64 needs R = 2). Measured: float32 n = 8 W = 2 0.31 ms (W = 4 0.38, W = 8 0.57), n = 16
-    W = 4 1.38 ms (W = 8 1.72, W = 16 2.60), n = 32 W = 16 11.1 ms (W = 8 14.0, W = 32 14.0), n = 64
-    W = 32 26.4 ms (W = 16 85 ms); float64 n = 8 W = 2 0.61 ms (W = 4 0.71), n = 16 W = 8 4.0 ms
-    (W = 4 4.6), n = 32 W = 32 28.7 ms (W = 16 29.6); float64 n = 64 W = 32 64-69 ms (2026-11-23, after
-    the cp.async loads; a block kernel with one row per thread in shared memory took 101 ms).
+    From a sweep of W and the cap on the H100 (2^20 SPD systems, kernel ms, session 30; the best W, then in
+    parentheses the former rule's where it differed, or the runner-up): float64 n = 8 W = 2 0.40; n = 12 W = 4 1.27
+    (W = 8 1.90); n = 13 W = 4 1.75 (W = 8 2.14); n = 16 W = 4 2.24 (W = 8 2.57); n = 18 W = 8 4.36 (W = 32 9.40);
+    n = 20 W = 8 5.72 (W = 32 10.95); n = 24 W = 8 9.95 (W = 32 14.13); n = 28 W = 32 16.97 (W = 16 18.30); n = 32
+    W = 32 18.32 (W = 16 19.83); float32 n = 8 W = 2 0.22; n = 12 W = 4 0.66; n = 16 W = 4 1.00; n = 20 W = 8 2.64
+    (W = 16 4.12); n = 24 W = 8 3.87 (W = 16 6.03); n = 28 W = 16 7.61 (W = 8 8.67); n = 32 W = 16 7.16 (W = 8
+    10.25); 2^18 systems: n = 48 W = 32 7.95 (W = 16 9.13), float64 n = 48 W = 32 15.71 (W = 16 39.5). The former
+    rule (at most 256 bytes of rows per lane, R <= 4) was swept before the register-row reduction and the cp.async
+    loads.
     """
-    rows = 4
-    while rows > 1 and rows * n * itemsize > 256 and -(-n // (rows // 2)) <= 32:
-        rows //= 2
+    rmax = 4 if n <= 16 else 3 if n <= 24 else (1 if itemsize == 8 and n <= 32 else 2)
     w = 1
-    while w * rows < n:
+    while w < 32 and -(-n // w) > rmax:
         w *= 2
     return w
 

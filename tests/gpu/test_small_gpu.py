@@ -11,7 +11,9 @@ import linalg_gpu as lg
 
 cp = pytest.importorskip("cupy")
 
-SIZES = [1, 2, 3, 5, 8, 16, 31, 32, 33, 41, 49, 64]  # LDL^T: 41 rolled in float64, unrolled in float32; 49 rolled
+# LDL^T: 41 rolled in float64, unrolled in float32; 49 rolled. Householder + PCR (_gpu._hh_lanes): 12 three rows
+# per lane, 16 four (float64: 255 registers), 20 and 24 three (float64: 255 registers), 31 and 32 one or two
+SIZES = [1, 2, 3, 5, 8, 12, 16, 20, 24, 31, 32, 33, 41, 49, 64]
 DTYPES = [np.float64, np.float32]
 
 
