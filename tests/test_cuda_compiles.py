@@ -30,7 +30,7 @@ INSTANCES = {
                            "householder_pcr_solve<double, 64, 32>"],
     "eigh_small.cu": ["eigh_small<float, 9>", "eigh_small<float, 64>", "eig_truncate_solve<double, 33>",
                      "eig_truncate_solve<float, 40>"],
-    "eigh_jacobi.cu": ["eigh_jacobi<float, 8>", "eigh_jacobi<double, 5>"],
+    "eigh_jacobi.cu": ["eigh_jacobi<float, 8>", "eigh_jacobi<float, 11>", "eigh_jacobi<double, 5>"],
 }
 
 

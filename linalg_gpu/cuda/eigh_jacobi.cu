@@ -1,11 +1,16 @@
-// Eigen-decomposition of tiny symmetric matrices (N <= 8), one thread per system: the two-sided
+// Eigen-decomposition of tiny symmetric matrices (N <= 12), one thread per system: the two-sided
 // parallel Jacobi method of paper 004 (eqs. 3-5, 8-10) with the chess-tournament ordering (eq. 7),
-// the matrix and the eigenvectors in registers. eigh_small takes it for n <= 8 on the GPU (the
-// "thread per system for tiny n" of the kernel design); numpy twin: linalg_gpu/small/jacobi_eigh.py.
+// the matrix and the eigenvectors in registers. eigh_small takes it on the GPU for n <= 12 in float32
+// and n <= 10 in float64 (_gpu.EIGH_JACOBI_MAX_N; the "thread per system for tiny n" of the kernel
+// design); numpy twin: linalg_gpu/small/jacobi_eigh.py.
 // At n = 8 one thread holds the 36 entries of the upper triangle and the 64 of V, and no step needs a
 // shuffle or a barrier (eigh_small.cu gives a system N threads that meet in reductions at every step).
 // Measured (H100, 2^17 systems, kernel, one process): float32 n = 8 0.182 ms against 0.404 for
-// eigh_small.cu, float64 0.443 against 0.841.
+// eigh_small.cu, float64 0.443 against 0.841 (session 14); above n = 8 (session 30, 128 threads per block,
+// random and SPD matrices): float32 n = 9 0.293 against 1.898, n = 10 0.375 / 1.938, n = 11 0.783 / 2.100
+// (255 registers and 136 bytes of spills), n = 12 1.025 / 2.441; float64 n = 9 1.146 / 3.704 (560 bytes of
+// spills), n = 10 1.645 / 3.679, n = 11 4.436 / 4.371, n = 12 5.591 / 4.251. eigh_small.cu gives n = 9 ... 16
+// a whole warp per system (32 is not a multiple of n), so its time barely moves from n = 9 to 16.
 //
 // Per system: the screening of eigh_small.cu (NaN/Inf in A, max |A_ik - A_ki| / max |A|), the
 // symmetric matrix of the lower triangle scaled by a power of 2 to max |A_ij| ~ 1 (exact), then
@@ -24,11 +29,12 @@
 
 #include "householder.cuh"
 
-// Systems (threads) per block; the launcher (small/_gpu.py, EIGH_JACOBI_THREADS) uses the same. Measured
+// Systems (threads) per block; the launcher (small/_gpu.py, _jacobi_threads) uses the same. Measured
 // (H100, 2^17 systems, n = 8, kernel ms on SPD / random matrices): float32 256 threads 0.166 / 0.154, 128
 // 0.195 / 0.189 (both 128 registers, 16 warps per SM); float64 128 threads 0.511 / 0.462, 64 0.500 / 0.466,
-// 256 0.518 / 0.511 (250 registers; capped at 168 it spilled 472 bytes: 0.878 / 0.999).
-template <typename T> __host__ __device__ constexpr int jacobi_threads() { return sizeof(T) == 4 ? 256 : 128; }
+// 256 0.518 / 0.511 (250 registers; capped at 168 it spilled 472 bytes: 0.878 / 0.999). float32 above
+// N = 8: 128 (a cap of 255 registers: at 128, n = 9 spilled 2.4 KB).
+template <typename T, int N> __host__ __device__ constexpr int jacobi_threads() { return sizeof(T) == 4 && N <= 8 ? 256 : 128; }
 constexpr int JACOBI_MAX_SWEEPS = 30; // n = 8, random and SPD: 5-6 in float64, 4-5 in float32 (twin: MAX_SWEEPS)
 
 // Pair k of step s of the tournament of K players (tournament_player, common.cuh) as (p, q), p < q
@@ -224,12 +230,12 @@ __device__ __forceinline__ bool jacobi_steps(T (&a)[N][N], T (&v)[N][N], T tol, 
 // The block's matrices pass through shared memory (N N + 1 apart: no bank conflicts) both ways, so
 // that the global loads and stores are coalesced.
 template <typename T, int N>
-__global__ void __launch_bounds__(jacobi_threads<T>(), 2) eigh_jacobi(
+__global__ void __launch_bounds__(jacobi_threads<T, N>(), 2) eigh_jacobi(
     const T* __restrict__ A, T* __restrict__ w, T* __restrict__ vecs, bool* __restrict__ nonfinite,
     T* __restrict__ asym, long long batch)
 {
-    static_assert(N >= 1 && N <= 8, "1 <= N <= 8");
-    constexpr int NN = N * N, P = NN + 1, JACOBI_THREADS = jacobi_threads<T>();
+    static_assert(N >= 1 && N <= 12, "1 <= N <= 12");
+    constexpr int NN = N * N, P = NN + 1, JACOBI_THREADS = jacobi_threads<T, N>();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sm = reinterpret_cast<T*>(smem_raw);                   // JACOBI_THREADS x P
     const long long sys0 = (long long)blockIdx.x * JACOBI_THREADS;

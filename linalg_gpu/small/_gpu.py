@@ -7,8 +7,9 @@ Per-system flags stay on the device. Kernels: ``cuda/ldlt.cu``, ``cuda/household
 ``cuda/eigh_small.cu`` (numpy twins: ``ldlt.py``, ``householder.py`` + ``pcr.py``,
 ``tridiag_eigh.py``). LDL^T and Householder + PCR: W lanes per system with R = ceil(n / W) rows per
 lane in registers (``_ldlt_lanes``, ``_hh_lanes``; LDL^T above ``LDLT_ROLLED_ABOVE``: a warp per
-system, rolled loops); the eigen kernels: n threads per system, and for eigh_small with n <= 8 one thread per
-system (``cuda/eigh_jacobi.cu``, twin ``jacobi_eigh.py``). Several systems per block.
+system, rolled loops); the eigen kernels: n threads per system, and for eigh_small with n <= 12 (float32;
+float64: 10) one thread per system (``cuda/eigh_jacobi.cu``, twin ``jacobi_eigh.py``). Several systems per
+block.
 """
 
 from __future__ import annotations
@@ -326,27 +327,32 @@ def eig_truncate_stage(A, b, cond_max):
     return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid, nonfinite, asym
 
 
-# eigh_small on the GPU: the thread-per-system Jacobi kernel (cuda/eigh_jacobi.cu) for n <= EIGH_JACOBI_MAX_N,
-# Householder + divide and conquer (cuda/eigh_small.cu) above. Measured on the H100 (2^17 random symmetric
-# systems, kernel ms, Jacobi against divide and conquer, one process): float32 n = 4 0.041 / 0.101, n = 8
-# 0.182 / 0.404; float64 n = 4 0.074 / 0.174, n = 8 0.443 / 0.841. Threads per block by itemsize:
-# jacobi_threads<T>() there.
-EIGH_JACOBI_MAX_N = 8
-EIGH_JACOBI_THREADS = {4: 256, 8: 128}
+# eigh_small on the GPU: the thread-per-system Jacobi kernel (cuda/eigh_jacobi.cu) for n <= EIGH_JACOBI_MAX_N
+# (by itemsize), Householder + divide and conquer (cuda/eigh_small.cu) above. Measured on the H100 (2^17 random
+# symmetric systems, kernel ms, Jacobi against divide and conquer, one process): float32 n = 4 0.041 / 0.101,
+# n = 8 0.182 / 0.404; float64 n = 4 0.074 / 0.174, n = 8 0.443 / 0.841 (session 14); float32 n = 9 0.29 /
+# 1.90, n = 12 1.03 / 2.44; float64 n = 9 1.15 / 3.70, n = 10 1.64 / 3.68, n = 11 4.44 / 4.37 (session 30; the
+# kernel's registers spill from float32 n = 11 and float64 n = 9 on).
+EIGH_JACOBI_MAX_N = {4: 12, 8: 10}
+
+
+def _jacobi_threads(n, itemsize):
+    """Threads (systems) per block of eigh_jacobi: jacobi_threads<T, N>() in cuda/eigh_jacobi.cu."""
+    return 256 if itemsize == 4 and n <= 8 else 128
 
 
 def eigh_small(A):
     """w (B, n) ascending, eigenvectors (B, n, n), nonfinite (B,), asym (B,): cuda/eigh_jacobi.cu for
-    n <= ``EIGH_JACOBI_MAX_N`` (numpy twin: ``jacobi_eigh.eigh_jacobi``), else cuda/eigh_small.cu."""
+    n <= ``EIGH_JACOBI_MAX_N[itemsize]`` (numpy twin: ``jacobi_eigh.eigh_jacobi``), else cuda/eigh_small.cu."""
     import cupy as cp
 
     B, n, _ = A.shape
     w = cp.empty((B, n), dtype=A.dtype)
     V = cp.empty_like(A)
     nonfinite, asym = _flags(B, A.dtype)
-    if n <= EIGH_JACOBI_MAX_N:
+    if n <= EIGH_JACOBI_MAX_N[A.dtype.itemsize]:
         fn = get_function("eigh_jacobi.cu", "eigh_jacobi", A.dtype, n)
-        threads = EIGH_JACOBI_THREADS[A.dtype.itemsize]
+        threads = _jacobi_threads(n, A.dtype.itemsize)
         shmem = threads * (n * n + 1 + n) * A.dtype.itemsize
         _prefer_shared(fn, shmem)
         if B:

@@ -1,8 +1,9 @@
 """Batched two-sided Jacobi for tiny symmetric matrices: the numpy twin of ``cuda/eigh_jacobi.cu``.
 
-``eigh_small`` runs this method on the GPU for n <= ``_gpu.EIGH_JACOBI_MAX_N`` (8), one thread per
-system with the matrix and the eigenvectors in registers (measured on the H100 against the
-Householder + divide-and-conquer kernel: see the README and ``benchmarks/NOTES_small_gpu.md``).
+``eigh_small`` runs this method on the GPU for n <= ``_gpu.EIGH_JACOBI_MAX_N`` (12 in float32, 10 in
+float64), one thread per system with the matrix and the eigenvectors in registers (measured on the
+H100 against the Householder + divide-and-conquer kernel: see the README and
+``benchmarks/NOTES_small_gpu.md``).
 The method is that of :func:`linalg_gpu.jacobi.klt.jacobi_eigh` (paper 004: eqs. 3-5, the
 chess-tournament ordering of eq. 7, the parallel row / column updates of eqs. 8-10, the relative
 rotation threshold of Demmel & Veselic with tol = eps), for a batch, with the kernel's details:

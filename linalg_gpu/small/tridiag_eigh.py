@@ -356,12 +356,12 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
     Householder tridiagonalization (section 4) followed by divide and conquer (section 5), the
     decomposition behind the truncated solve of the robust strategy. Only the lower triangle
     of A is read. numpy input is computed on the CPU; cupy input (n <= 64) by the kernel
-    ``cuda/eigh_small.cu``, which follows the same steps, except for n <= 8: there the GPU runs
-    the two-sided parallel Jacobi method (paper 004, as :func:`linalg_gpu.jacobi.klt.jacobi_eigh`)
-    with one thread per system, ``cuda/eigh_jacobi.cu`` (numpy twin:
-    ``linalg_gpu.small.jacobi_eigh``), 2.2x (float32) and 1.9x (float64) faster than the
-    divide-and-conquer kernel at n = 8 on an H100. Both give eigenvalues to a few n eps ||A||
-    and orthonormal eigenvectors; the eigenvectors of a cluster of close eigenvalues (and their
+    ``cuda/eigh_small.cu``, which follows the same steps, except for n <= 12 (float32) and n <= 10
+    (float64): there the GPU runs the two-sided parallel Jacobi method (paper 004, as
+    :func:`linalg_gpu.jacobi.klt.jacobi_eigh`) with one thread per system, ``cuda/eigh_jacobi.cu``
+    (numpy twin: ``linalg_gpu.small.jacobi_eigh``), 2.2x (float32) and 1.9x (float64) faster than
+    the divide-and-conquer kernel at n = 8 on an H100, 6.5x and 3.2x at n = 9. Both give eigenvalues
+    to a few n eps ||A|| and orthonormal eigenvectors; the eigenvectors of a cluster of close eigenvalues (and their
     signs) can differ between the two.
 
     Parameters

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import linalg_gpu as lg
+from linalg_gpu.small import _gpu
 
 cp = pytest.importorskip("cupy")
 
@@ -115,13 +116,13 @@ def test_eigh_small_matches_lapack_and_twin(rng, n, dtype):
     assert np.abs(w - w_cpu).max() <= 50 * n * e * scale
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", range(1, 9))
+@pytest.mark.parametrize("dtype, n", [(dt, n) for dt in DTYPES
+                                      for n in range(1, _gpu.EIGH_JACOBI_MAX_N[np.dtype(dt).itemsize] + 1)])
 def test_eigh_jacobi_matches_numpy_twin(rng, n, dtype):
-    """cuda/eigh_jacobi.cu (eigh_small for n <= 8) against its twin small/jacobi_eigh.py on the same
-    fresh inputs: random symmetric matrices, a tenth of them scaled by 1e-30 ... 1e30, a batch that
-    does not fill the last block, one system with a NaN (NaN out, flagged) and its symmetric flag 0."""
-    from linalg_gpu.small import _gpu
+    """cuda/eigh_jacobi.cu (eigh_small for n <= 12 in float32, 10 in float64) against its twin
+    small/jacobi_eigh.py on the same fresh inputs: random symmetric matrices, a tenth of them scaled by
+    1e-30 ... 1e30, a batch that does not fill the last block, one system with a NaN (NaN out, flagged)
+    and its symmetric flag 0."""
     from linalg_gpu.small.jacobi_eigh import eigh_jacobi
 
     B = 1001
