@@ -34,7 +34,10 @@
 // 0.195 / 0.189 (both 128 registers, 16 warps per SM); float64 128 threads 0.511 / 0.462, 64 0.500 / 0.466,
 // 256 0.518 / 0.511 (250 registers; capped at 168 it spilled 472 bytes: 0.878 / 0.999). float32 above
 // N = 8: 128 (a cap of 255 registers: at 128, n = 9 spilled 2.4 KB).
-template <typename T, int N> __host__ __device__ constexpr int jacobi_threads() { return sizeof(T) == 4 && N <= 8 ? 256 : 128; }
+template <typename T, int N> __host__ __device__ constexpr int jacobi_threads()
+{
+    return sizeof(T) == 4 && N <= 8 ? 256 : 128;
+}
 constexpr int JACOBI_MAX_SWEEPS = 30; // n = 8, random and SPD: 5-6 in float64, 4-5 in float32 (twin: MAX_SWEEPS)
 
 // Pair k of step s of the tournament of K players (tournament_player, common.cuh) as (p, q), p < q

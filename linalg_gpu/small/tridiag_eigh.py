@@ -361,8 +361,8 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
     :func:`linalg_gpu.jacobi.klt.jacobi_eigh`) with one thread per system, ``cuda/eigh_jacobi.cu``
     (numpy twin: ``linalg_gpu.small.jacobi_eigh``), 2.2x (float32) and 1.9x (float64) faster than
     the divide-and-conquer kernel at n = 8 on an H100, 6.5x and 3.2x at n = 9. Both give eigenvalues
-    to a few n eps ||A|| and orthonormal eigenvectors; the eigenvectors of a cluster of close eigenvalues (and their
-    signs) can differ between the two.
+    to a few n eps ||A|| and orthonormal eigenvectors; the eigenvectors of a cluster of close
+    eigenvalues (and their signs) can differ between the two.
 
     Parameters
     ----------
