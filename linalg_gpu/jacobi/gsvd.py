@@ -239,14 +239,15 @@ def _finish(WF, WG, WZ, fnorm, return_x):
     alpha, beta = sF * theta, sG * theta
     order = np.lexsort((np.arange(len(alpha)), -alpha / beta))           # alpha / beta descending, stable
     alpha, beta, sF, sG, theta = alpha[order], beta[order], sF[order], sG[order], theta[order]
-    nz = zero_threshold(sF, WZ[order], fnorm, np)
+    WF, WG, WZ = WF[order], WG[order], WZ[order]
+    nz = zero_threshold(sF, WZ, fnorm, np)
     alpha = np.where(nz, alpha, 0)
     U = np.zeros((WF.shape[1], len(order)), dtype=WF.dtype)
-    U[:, nz] = (WF[order][nz] / sF[nz, None]).T
+    U[:, nz] = (WF[nz] / sF[nz, None]).T
     if not nz.all():                                                     # alpha = 0: complete U (n x n)
         U[:, ~nz] = _complete(U[:, nz], U.shape[1])[:, int(nz.sum()):]
-    V = (WG[order] / sG[:, None]).T
-    Z = WZ[order].T * theta
+    V = (WG / sG[:, None]).T
+    Z = WZ.T * theta
     X = np.linalg.solve(Z, np.eye(len(order), dtype=Z.dtype)) if return_x else None
     return U, V, Z, alpha, beta, X
 
