@@ -43,7 +43,7 @@ __device__ __forceinline__ void load_pair(const double* p, double& x, double& y)
 // float32 N = 64: 215 registers, spills in float64; merge_row of float64 N = 33: 167 registers, 120
 // with it). Each costs four instructions (VOTE, R2UR, BRA.DIV, WARPSYNC): 6.8 % of those of
 // eigh_small<double, 64> with a __syncwarp every fourth load (Nsight Compute).
-template <typename T, int EVERY = 4>
+template <typename T, int EVERY>
 __device__ __forceinline__ void pace_loads(int k0)
 {
     constexpr int V = 16 / sizeof(T);
