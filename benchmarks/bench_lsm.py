@@ -8,9 +8,11 @@ Two cases (the issue's): Andersen & Broadie's 5-asset max call (9 dates, quadrat
 n = 21) and the Longstaff-Schwartz Bermudan put (1 asset, 50 dates, Laguerre basis, n = 4).
 Stages: keyed Philox normals (:func:`cva.rng.normals`), exact log-normal paths, regression
 assembly (basis and the batched normal equations), solves (:func:`linalg_gpu.solve_small`),
-exercise update. On the GPU our Philox is compared with CuPy's own generators on the same
-number of normals, and its output rate with the device-to-device copy bandwidth. The CPU runs
-the same code on numpy with ``--cpu-paths`` paths; per-path rates make the two comparable.
+exercise update. The regressions run in the config default's dtype (``regression.dtype: auto``:
+float64 for the Laguerre basis, :func:`cva.basis.regression_dtype`). On the GPU our Philox is
+compared with CuPy's own generators on the same number of normals, and its output rate with the
+device-to-device copy bandwidth. The CPU runs the same code on numpy with ``--cpu-paths`` paths;
+per-path rates make the two comparable.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ def run_case(name, xp, dtype, paths, seed=7):
         return basis.evaluate(spec["basis"], X, model.spot, order_statistics=c.symmetric_in_assets)
 
     lsm_t = {}
-    res = longstaff_schwartz(S, times, c.payoff_value, psi, model.rate, solver={"method": "auto"}, timings=lsm_t)
+    rdt = basis.regression_dtype("auto", dtype, spec["basis"])                   # the config's default
+    res = longstaff_schwartz(S, times, c.payoff_value, psi, model.rate, solver={"method": "auto"}, timings=lsm_t,
+                             regression_dtype=rdt)
     _sync(xp)
     stages.update(lsm_t)
     total = time.perf_counter() - t0
@@ -78,7 +82,8 @@ def run_case(name, xp, dtype, paths, seed=7):
         for k, v in rep.counts().items():
             counts[k] = counts.get(k, 0) + v
     n_normals = paths * len(times) * model.d
-    return {"case": name, "dtype": np.dtype(dtype).name, "paths": paths, "dates": len(times), "d": model.d,
+    return {"case": name, "dtype": np.dtype(dtype).name, "regression_dtype": rdt.name, "paths": paths,
+            "dates": len(times), "d": model.d,
             "p": basis.basis_size(spec["basis"], model.d), "normals": n_normals, "stage_seconds": stages,
             "total_seconds": total, "paths_per_second": paths / total, "normals_per_second": n_normals / stages[
                 "normals"], "price": value, "stderr": se, "solver_mix": counts}
@@ -128,7 +133,7 @@ def main(argv=None):
         result["copy_bandwidth_bytes_per_s"] = bw
         backends.insert(0, ("gpu", cp, args.paths))
         print(f"GPU: {name}; copy {bw / 1e12:.2f} TB/s")
-    print(f"{'backend':7} {'case':13} {'dtype':8} {'paths':>8} {'total s':>8} {'normals':>8} {'paths':>8} "
+    print(f"{'backend':7} {'case':13} {'dtype':8} {'regr':8} {'paths':>8} {'total s':>8} {'normals':>8} {'paths':>8} "
           f"{'assembly':>8} {'solve':>8} {'exercise':>8} {'price':>9} {'stderr':>7}")
     for bname, xp, paths in backends:
         for case in CASES:
@@ -137,7 +142,8 @@ def main(argv=None):
                 row = sorted(runs, key=lambda r: r["total_seconds"])[len(runs) // 2]
                 row["backend"] = bname
                 s = row["stage_seconds"]
-                print(f"{bname:7} {case:13} {row['dtype']:8} {paths:8d} {row['total_seconds']:8.3f} "
+                print(f"{bname:7} {case:13} {row['dtype']:8} {row['regression_dtype']:8} {paths:8d} "
+                      f"{row['total_seconds']:8.3f} "
                       f"{s['normals']:8.3f} {s['paths']:8.3f} {s.get('assembly', 0):8.3f} {s.get('solve', 0):8.3f} "
                       f"{s.get('exercise', 0):8.3f} {row['price']:9.4f} {row['stderr']:7.4f}")
                 result["rows"].append(row)

@@ -620,11 +620,14 @@ class Simulation(_Section):
 
 
 class Regression(_Section):
-    """``regression``: options of ``linalg_gpu.solve_small`` for the LSM normal equations."""
+    """``regression``: options of ``linalg_gpu.solve_small`` for the LSM normal equations, and their dtype
+    (``auto``: float64 for the Laguerre basis, else the run's; ``run``; ``float64``: see
+    :func:`cva.basis.regression_dtype`)."""
 
     method: Literal["auto", "ldlt", "householder_pcr", "eig_truncate"] = "auto"
     cond_max: Num = Field(1e5, gt=1)
     rtol: Annotated[Num, Field(gt=0)] | None = None
+    dtype: Literal["auto", "run", "float64"] = "auto"
 
 
 class Output(_Section):
@@ -715,10 +718,14 @@ class Config(_Section):
         return self.counterparty
 
     def summary(self) -> str:
-        """One line: name, d, contracts, dtype, backend."""
+        """One line: name, d, contracts, dtype (and the regressions' where it differs), backend."""
+        from cva.basis import regression_dtype
+
         n = len(self.portfolio)
+        rd = regression_dtype(self.regression.dtype, self.run.dtype, self.simulation.basis).name
+        extra = "" if rd == self.run.dtype else f" ({rd} regressions)"
         return (f"{self.run.name}: d = {self.d} asset{'s' if self.d > 1 else ''}, {n} contract{'s' if n > 1 else ''}, "
-                f"{self.run.dtype}, backend {self.run.backend}")
+                f"{self.run.dtype}{extra}, backend {self.run.backend}")
 
     def to_dict(self) -> dict:
         """The normalized configuration as plain YAML/JSON data, in the input's form (it loads again)."""

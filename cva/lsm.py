@@ -66,7 +66,7 @@ def _check(S, times, t0):
 
 
 def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=None, itm_only=True,
-                       memory=None, keys=None, timings=None, condition_sample=0):
+                       memory=None, keys=None, timings=None, condition_sample=0, regression_dtype=None):
     """Price the Bermudan claim with exercise dates ``times`` on each of B path sets.
 
     Parameters
@@ -93,6 +93,10 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     condition_sample : int, default 0
         Per date, the 2-norm condition numbers of the first this many regression matrices are
         computed (eigenvalues by LAPACK / cuSOLVER) into ``result.conditions`` (paper 001, Fig. 2).
+    regression_dtype : dtype, optional
+        The precision of the regression: the regressors (from S cast to it), the normal equations, the
+        solves and the continuation values. Default: S's dtype. float64 for float32 paths is for
+        bases whose normal equations float32 cannot hold (:func:`regression_dtype`).
 
     Returns
     -------
@@ -109,15 +113,18 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
     clock("exercise")                                                              # (the payoff at maturity)
     affine = xp is not np and getattr(basis_fn, "affine", False)                   # psi from S itself
+    rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
     for j in range(N - 2, -1, -1):
         V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
-        h = payoff_fn(S[:, :, j])                                                   # (B, M)
+        Sj = S[:, :, j].astype(rdt, copy=False)                                     # (B, M, d)
+        h = payoff_fn(Sj)                                                           # (B, M)
         mask = h > 0 if itm_only else None
+        Vr = V.astype(rdt, copy=False)
         if affine:
-            A, b = _affine_normal_equations(xp, S[:, :, j], basis_fn, h, V, mask)
+            A, b = _affine_normal_equations(xp, Sj, basis_fn, h, Vr, mask)
         else:
-            X = basis_fn(S[:, :, j], h)                                             # (B, M, p)
-            A, b = _normal_equations(xp, X, V, mask)                                # (B, p, p), (B, p)
+            X = basis_fn(Sj, h)                                                     # (B, M, p)
+            A, b = _normal_equations(xp, X, Vr, mask)                               # (B, p, p), (B, p)
         clock("assembly")
         if condition_sample:
             w = xp.linalg.eigvalsh(A[:condition_sample])                           # (k, p) ascending
@@ -126,10 +133,10 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         kw = {"memory": memory, "key": keys[j]} if memory is not None else {}
         beta, reports[j] = lg.solve_small(A, b, return_report=True, assume_symmetric=True, **solver, **kw)
         clock("solve")
-        C = _affine_fitted(S[:, :, j], basis_fn, h, beta) if affine else (X @ beta[..., None])[..., 0]  # (B, M)
+        C = _affine_fitted(Sj, basis_fn, h, beta) if affine else (X @ beta[..., None])[..., 0]  # (B, M)
         ex = (h > 0) & (h >= C)
         exercised[j] = float(ex.mean())
-        V = xp.where(ex, h, V)
+        V = xp.where(ex, h.astype(S.dtype, copy=False), V)
         coefficients[j] = beta
         clock("exercise")
     V = V * S.dtype.type(np.exp(-rate * (times[0] - t0)))                          # (B, M) at t0
@@ -250,10 +257,11 @@ def apply_policy(S, times, coefficients, payoff_fn, basis_fn, rate, *, t0=0.0):
     affine = xp is not np and getattr(basis_fn, "affine", False)                   # as longstaff_schwartz
     for j in range(N - 2, -1, -1):
         V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
-        h = payoff_fn(S[:, :, j])
-        C = (_affine_fitted(S[:, :, j], basis_fn, h, coefficients[j]) if affine
-             else (basis_fn(S[:, :, j], h) @ coefficients[j][..., None])[..., 0])
-        V = xp.where((h > 0) & (h >= C), h, V)
+        Sj = S[:, :, j].astype(coefficients[j].dtype, copy=False)                   # the regression's dtype
+        h = payoff_fn(Sj)
+        C = (_affine_fitted(Sj, basis_fn, h, coefficients[j]) if affine
+             else (basis_fn(Sj, h) @ coefficients[j][..., None])[..., 0])
+        V = xp.where((h > 0) & (h >= C), h.astype(S.dtype, copy=False), V)
     return V * S.dtype.type(np.exp(-rate * (times[0] - t0)))
 
 

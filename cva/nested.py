@@ -194,7 +194,8 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):
                     S_c, plan.grid[later], c.payoff_value, psi,
                     model.rate, t0=t, solver=solver, itm_only=sim.itm_only, memory=memory,
                     keys=[f"c{ci}:r{int(j)}" for j in later], timings=timings,
-                    condition_sample=COND_SAMPLE if l0 == 0 else 0)
+                    condition_sample=COND_SAMPLE if l0 == 0 else 0,
+                    regression_dtype=basis.regression_dtype(cfg.regression.dtype, dtype, plan.basis))
                 S_c = None
                 clock.skip()                                                           # booked by the LSM
                 stats.add(g, res)

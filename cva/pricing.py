@@ -42,7 +42,8 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
     DataFrame, one row per contract: contract, style, quantity, price, stderr, ci_low, ci_high
     (95%), closed_form (European contracts where one exists, else NaN), value (quantity x
     price) and, with ``out_of_sample``, price_oos and stderr_oos. ``df.attrs`` holds the backend,
-    the number of paths, the dtype, the seed, the time taken and the solver summary per contract.
+    the number of paths, the dtype and that of the regressions, the seed, the time taken and the
+    solver summary per contract.
     """
     cfg = load_config(config)
     xp, label = resolve_backend(backend or cfg.run.backend)
@@ -70,7 +71,8 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
             policy = None
         else:
             res = longstaff_schwartz(S, times, contract.payoff_value, basis_fn, model.rate, solver=solver,
-                                     itm_only=sim.itm_only)
+                                     itm_only=sim.itm_only,
+                                     regression_dtype=basis.regression_dtype(cfg.regression.dtype, dtype, sim.basis))
             cash, policy = res.cashflow, res.coefficients
             solver_stats[contract.name] = {"exercised": res.exercised.tolist(), "dates": report_summary(res.reports)}
         row.update(_estimate(cash, sim.antithetic))
@@ -88,6 +90,7 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows)
     df.attrs.update(backend=label, paths=M, dtype=str(dtype), seed=cfg.run.seed, basis=sim.basis,
+                    regression_dtype=basis.regression_dtype(cfg.regression.dtype, dtype, sim.basis).name,
                     seconds=time.perf_counter() - t_start, solver=solver_stats)
     return df
 

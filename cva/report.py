@@ -38,7 +38,9 @@ img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 <p class="big">CVA = <b>{{ "%.6g"|format(s.cva) }}</b> &plusmn; {{ "%.3g"|format(s.stderr) }} (std. error);
 95% interval [{{ "%.6g"|format(s.ci_low) }}, {{ "%.6g"|format(s.ci_high) }}]</p>
 <p>{{ s.outer_paths }} outer paths &times; {{ s.inner_paths }} inner paths, {{ s.exposure_dates }} exposure dates,
-{{ s.grid_dates }} grid dates; backend {{ s.device }}, {{ s.dtype }}; {{ "%.2f"|format(s.elapsed_seconds) }} s.
+{{ s.grid_dates }} grid dates; backend {{ s.device }}, {{ s.dtype }}
+{%- if s.regression_dtype != s.dtype %} ({{ s.regression_dtype }} regressions){% endif %};
+{{ "%.2f"|format(s.elapsed_seconds) }} s.
 Counterparty: recovery {{ s.recovery }}, {{ s.credit }}.</p>
 <p class="note">Default is assumed independent of the market (no wrong-way risk): the CVA is
 (1 - R) &sum;<sub>k</sub> E[D(t<sub>k</sub>) P<sup>+</sup>(t<sub>k</sub>)] (S(t<sub>k-1</sub>) - S(t<sub>k</sub>)).</p>
@@ -167,6 +169,7 @@ def finish(cfg, plan, model, counterparty, values, stats, timings, out_dir, *, d
     """Measures from the per-path values, then every file of the run directory; the RunResult."""
     from jinja2 import Environment
 
+    from cva.basis import regression_dtype
     from cva.nested import RunResult, exposures_and_cva
 
     out_dir = Path(out_dir)
@@ -176,8 +179,9 @@ def finish(cfg, plan, model, counterparty, values, stats, timings, out_dir, *, d
     summary = {
         "name": cfg.run.name, **est, **measures.epe_eepe(prof["date"], prof["EE"]),
         "max_EE": float(prof["EE"].max()), "max_PFE": float(prof["PFE"].max()),
-        "backend": manifest["backend"], "device": device, "dtype": cfg.run.dtype, "seed": cfg.run.seed,
-        "outer_paths": plan.outer_paths, "inner_paths": plan.inner_paths, "chunk": chunk,
+        "backend": manifest["backend"], "device": device, "dtype": cfg.run.dtype,
+        "regression_dtype": regression_dtype(cfg.regression.dtype, cfg.run.dtype, plan.basis).name,
+        "seed": cfg.run.seed, "outer_paths": plan.outer_paths, "inner_paths": plan.inner_paths, "chunk": chunk,
         "exposure_dates": len(plan.exposure_index), "grid_dates": len(plan.grid), "basis": plan.basis,
         "recovery": counterparty.recovery, "credit": counterparty.description,
         "default_model": "default independent of the market (no wrong-way risk)",

@@ -104,10 +104,13 @@ def test_design_example_loads_normalized(design_file):
     assert s.inner_paths_for(4096) == 256
     assert (s.payoff_regressor, s.itm_only, s.antithetic, s.out_of_sample, s.chunk) == (False, True, False, False, None)
     r = cfg.regression
-    assert (r.method, r.cond_max, r.rtol) == ("auto", 1e5, 1e-4)
+    assert (r.method, r.cond_max, r.rtol, r.dtype) == ("auto", 1e5, 1e-4, "auto")
     assert cfg.output.dir == "reports/quickstart"
     summary = cfg.summary()
     assert "quickstart" in summary and "d = 3" in summary and "2 contracts" in summary and "float64" in summary
+    assert "regressions" not in summary
+    put = load_config(minimal(run={"dtype": "float32"}, simulation={"basis": "laguerre"}))
+    assert "float32 (float64 regressions)" in put.summary()
 
 
 def test_config_is_frozen_and_round_trips(design_file):
@@ -326,13 +329,14 @@ def test_many_errors_reported_at_once():
         ],
         "counterparty": {"hazard_rate": -0.1},
         "simulation": {"basis": "laguerre", "inner_paths": {"sqrt_outer": -1}},
-        "regression": {"cond_max": 0.5, "method": "qr"},
+        "regression": {"cond_max": 0.5, "method": "qr", "dtype": "float16"},
     }
     problems = problems_of(cfg)
     for key in ["market.vol", "market.vols", "market.correlation", "portfolio[0].payoff",
                 "portfolio[0].underlying.asset", "portfolio[0].strike", "portfolio[0].exercise_dates",
                 "portfolio[1].maturity", "portfolio[1].exercise_dates", "counterparty.hazard_rate",
-                "simulation.basis", "simulation.inner_paths.sqrt_outer", "regression.cond_max", "regression.method"]:
+                "simulation.basis", "simulation.inner_paths.sqrt_outer", "regression.cond_max", "regression.method",
+                "regression.dtype"]:
         assert_problem(problems, key)
     assert len(problems) == len(set(problems))
     err = pytest.raises(ConfigError, load_config, cfg).value

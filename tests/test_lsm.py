@@ -40,7 +40,7 @@ def ql_bermudan_put(S, K, r, sigma, T, n_dates):
     return opt.NPV()
 
 
-def lsm_price(model, contract, z, name="laguerre", payoff_regressor=False, solver=None):
+def lsm_price(model, contract, z, name="laguerre", payoff_regressor=False, solver=None, regression_dtype=None):
     times = contract.exercise_times()
     S = model.paths(model.spot, np.concatenate([[0.0], times]), z)[None]        # (1, M, N, d)
 
@@ -48,7 +48,9 @@ def lsm_price(model, contract, z, name="laguerre", payoff_regressor=False, solve
         return basis.evaluate(name, X, model.spot, h if payoff_regressor else None,
                               order_statistics=contract.symmetric_in_assets)
 
-    return longstaff_schwartz(S, times, contract.payoff_value, psi, model.rate, solver=solver), S, psi
+    res = longstaff_schwartz(S, times, contract.payoff_value, psi, model.rate, solver=solver,
+                             regression_dtype=regression_dtype)
+    return res, S, psi
 
 
 @pytest.mark.parametrize("S0,sigma,T", [(36, 0.2, 1), (40, 0.4, 1), (44, 0.2, 2)])
@@ -159,6 +161,50 @@ def test_float32_matches_float64(rng):
     r32, _, _ = lsm_price(model, put, z.astype(np.float32), name="linear")
     assert r32.value.dtype == np.float32
     assert abs(float(r32.value[0]) - float(r64.value[0])) < 3 * float(r64.stderr[0])
+
+
+def _methods(res):
+    mix = {}
+    for rep in res.reports:
+        for k, v in rep.counts().items():
+            mix[k] = mix.get(k, 0) + v
+    return mix
+
+
+def test_float32_paths_with_float64_regressions(rng):
+    """The Laguerre basis on float32 paths with the regressions in float64 (``regression_dtype``; the
+    config's ``regression.dtype: auto``): every date solved by LDL^T, and the price and the policy those
+    of float64 paths on the same normals, where float32 regressions fall back to the truncated eigen-solve
+    (the test_float32_matches_float64 case above)."""
+    model = BlackScholes(spot=[36.0], vol=0.2, dividend=0.0, rate=0.06, correlation=0.0)
+    put = Contract(style="bermudan", payoff="put", underlying="asset", asset=0, strike=40.0, maturity=1.0,
+                   n_exercise=50)
+    z = rng.standard_normal((1 << 15, 50, 1))
+    r64, S64, psi = lsm_price(model, put, z)
+    r32, S32, _ = lsm_price(model, put, z.astype(np.float32), regression_dtype=np.float64)
+    r32s, _, _ = lsm_price(model, put, z.astype(np.float32))
+    assert _methods(r32s)["eig_truncate"] > 0                     # float32 cannot hold these regressions
+    assert _methods(r32)["ldlt"] == _methods(r64)["ldlt"] == 49
+    assert r32.value.dtype == np.float32 and all(c.dtype == np.float64 for c in r32.coefficients)
+    se = float(r64.stderr[0])
+    assert abs(float(r32.value[0]) - float(r64.value[0])) < 0.25 * se
+    # the policy applied to the float32 paths evaluates psi in the coefficients' dtype (as the LSM did)
+    times = put.exercise_times()
+    cash = apply_policy(S32, times, r32.coefficients, put.payoff_value, psi, model.rate)
+    assert cash.dtype == np.float32
+    np.testing.assert_allclose(cash, r32.cashflow, rtol=1e-6, atol=1e-5)
+
+
+def test_regression_dtype_policy():
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    assert basis.regression_dtype("auto", "float32", "laguerre") == f64
+    assert basis.regression_dtype("auto", "float32", "linear") == f32
+    assert basis.regression_dtype("auto", "float32", "quadratic") == f32
+    assert basis.regression_dtype("auto", "float64", "linear") == f64
+    assert basis.regression_dtype("run", "float32", "laguerre") == f32
+    assert basis.regression_dtype("float64", "float32", "linear") == f64
+    with pytest.raises(ValueError, match="regression dtype"):
+        basis.regression_dtype("float16", "float32", "linear")
 
 
 def test_condition_sample_is_timed_apart_from_the_solve(rng, monkeypatch):

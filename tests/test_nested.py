@@ -121,6 +121,24 @@ def test_run_directory_contents(tmp_path):
     assert (res.exposures["PFE"] >= res.exposures["EE"]).all() and (res.exposures["ENE"] <= 0).all()
 
 
+def test_float32_run_with_laguerre_regressions_in_float64(tmp_path):
+    """``regression.dtype: auto`` in a float32 run with the Laguerre basis: the regressions run in
+    float64 (summary.json and the report say so) and the CVA is the float64 run's within rounding of
+    the paths (0.3 standard errors: LSM decisions may flip, see README)."""
+    port = [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 40.0, "maturity": 1.0,
+             "exercise_dates": 8}]
+    cfg = _config(tmp_path, 5, port, market={"spot": 36.0, "vol": 0.2, "rate": 0.06},
+                  basis="laguerre", inner_paths=256, outer_paths=500)
+    ref = cva.run(cfg, progress=False)
+    cfg["run"]["dtype"] = "float32"
+    cfg["output"]["dir"] = str(tmp_path / "f32")
+    res = cva.run(cfg, progress=False)
+    s = json.loads((tmp_path / "f32" / "summary.json").read_text())
+    assert s["dtype"] == "float32" and s["regression_dtype"] == "float64"
+    assert "(float64 regressions)" in (tmp_path / "f32" / "report.html").read_text()
+    assert abs(res.cva - ref.cva) < 0.3 * ref.stderr, (res.cva, ref.cva, ref.stderr)
+
+
 def test_cli_run_and_its_errors(tmp_path, capsys):
     import yaml
 

@@ -50,6 +50,33 @@ def test_american_put_config_against_quantlib():
     assert df.attrs["solver"] and df.attrs["backend"].startswith("cpu")
 
 
+@pytest.mark.parametrize("regression", ["auto", "run"])
+def test_float32_american_put_regressions(regression):
+    """The American put config (Laguerre basis) in float32: with ``regression.dtype: auto`` the regressions
+    run in float64 and the price is the float64 run's (the same normals: the European put agrees to 1e-6),
+    in and out of sample; with ``run`` they are float32 and singular."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs" / "american_put.yaml").read_text())
+    cfg["run"]["backend"] = "cpu"
+    ref = cva.price(cfg, paths=1 << 15, out_of_sample=True)
+    cfg["run"]["dtype"] = "float32"
+    cfg["regression"] = {"dtype": regression}
+    df = cva.price(cfg, paths=1 << 15, out_of_sample=True)
+    assert df.attrs["dtype"] == "float32"
+    assert df.attrs["regression_dtype"] == ("float64" if regression == "auto" else "float32")
+    assert abs(df["price"][1] - ref["price"][1]) < 1e-5 * ref["price"][1]          # the European put
+    berm, berm_ref = df.iloc[0], ref.iloc[0]
+    dates = df.attrs["solver"][berm["contract"]]["dates"]
+    fallbacks = sum(d["eig_truncate"] for d in dates)
+    if regression == "auto":
+        assert fallbacks == 0
+        for key in ("price", "price_oos"):
+            assert abs(berm[key] - berm_ref[key]) < 0.25 * berm_ref["stderr"], (key, berm[key], berm_ref[key])
+    else:
+        assert fallbacks > 0
+
+
 def test_paths_argument_checked():
     with pytest.raises(ValueError, match="paths"):
         cva.price(_cfg(1, [{"style": "european", "payoff": "call", "underlying": {"asset": 0}, "strike": 1.0,
