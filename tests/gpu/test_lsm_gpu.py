@@ -170,7 +170,10 @@ def test_apply_policy_affine_gpu_matches_formed_basis(dtype):
     np.testing.assert_allclose(V1.mean(axis=1), V0.mean(axis=1), rtol=1e-3)
 
 
-def test_price_gpu_matches_cpu():
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_price_gpu_matches_cpu(dtype):
+    """The Laguerre put on the GPU against the CPU in float64; in float32 with ``regression.dtype: auto``
+    (float64 regressions on float32 paths), against the same float64 CPU price."""
     import cva
 
     cfg = {"run": {"seed": 5}, "market": {"spot": 36.0, "vol": 0.2, "rate": 0.06},
@@ -180,8 +183,10 @@ def test_price_gpu_matches_cpu():
                           "maturity": 1.0}],
            "simulation": {"basis": "laguerre", "pricing_paths": 50_000, "out_of_sample": True}}
     cpu = cva.price(cfg, backend="cpu")
+    cfg["run"]["dtype"] = dtype
     gpu = cva.price(cfg, backend="gpu")
-    assert gpu.attrs["backend"].startswith("gpu")
+    assert gpu.attrs["backend"].startswith("gpu") and gpu.attrs["dtype"] == dtype
+    assert gpu.attrs["regression_dtype"] == "float64"
     np.testing.assert_allclose(gpu["price"], cpu["price"], atol=0.3 * cpu["stderr"].max())      # see above
     np.testing.assert_allclose(gpu["price_oos"], cpu["price_oos"], atol=0.3 * cpu["stderr"].max())
 
