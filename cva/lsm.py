@@ -96,7 +96,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     regression_dtype : dtype, optional
         The precision of the regression: the regressors (from S cast to it), the normal equations, the
         solves and the continuation values. Default: S's dtype. float64 for float32 paths is for
-        bases whose normal equations float32 cannot hold (:func:`regression_dtype`).
+        bases whose normal equations float32 cannot hold (:func:`cva.basis.regression_dtype`).
 
     Returns
     -------
@@ -114,6 +114,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     clock("exercise")                                                              # (the payoff at maturity)
     affine = xp is not np and getattr(basis_fn, "affine", False)                   # psi from S itself
     rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
+    if rdt not in (np.float32, np.float64):
+        raise ValueError(f"regression_dtype must be float32 or float64, got {regression_dtype!r}")
     for j in range(N - 2, -1, -1):
         V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
         Sj = S[:, :, j].astype(rdt, copy=False)                                     # (B, M, d)

