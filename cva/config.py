@@ -47,6 +47,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from cva.basis import regression_dtype
 from cva.model import correlation_matrix
 
 __all__ = [
@@ -717,12 +718,15 @@ class Config(_Section):
                                "hazards or cds_spreads, e.g. {recovery: 0.4, hazard_rate: 0.02}"])
         return self.counterparty
 
+    def regression_dtype(self) -> np.dtype:
+        """The dtype of the LSM regressions: ``regression.dtype`` for this run's dtype and basis
+        (:func:`cva.basis.regression_dtype`)."""
+        return regression_dtype(self.regression.dtype, self.run.dtype, self.simulation.basis)
+
     def summary(self) -> str:
         """One line: name, d, contracts, dtype (and the regressions' where it differs), backend."""
-        from cva.basis import regression_dtype
-
         n = len(self.portfolio)
-        rd = regression_dtype(self.regression.dtype, self.run.dtype, self.simulation.basis).name
+        rd = self.regression_dtype().name
         extra = "" if rd == self.run.dtype else f" ({rd} regressions)"
         return (f"{self.run.name}: d = {self.d} asset{'s' if self.d > 1 else ''}, {n} contract{'s' if n > 1 else ''}, "
                 f"{self.run.dtype}{extra}, backend {self.run.backend}")

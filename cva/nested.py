@@ -152,6 +152,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):
     dtype = np.dtype(cfg.run.dtype)
     sim, seed = cfg.simulation, cfg.run.seed
     solver = {"method": cfg.regression.method, "cond_max": cfg.regression.cond_max, "rtol": cfg.regression.rtol}
+    rdt = cfg.regression_dtype()
     G, K = len(plan.grid), len(plan.exposure_index)
     grid0 = np.concatenate([[0.0], plan.grid])
     exposure_pos = -np.ones(G, dtype=int)
@@ -195,7 +196,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):
                     model.rate, t0=t, solver=solver, itm_only=sim.itm_only, memory=memory,
                     keys=[f"c{ci}:r{int(j)}" for j in later], timings=timings,
                     condition_sample=COND_SAMPLE if l0 == 0 else 0,
-                    regression_dtype=basis.regression_dtype(cfg.regression.dtype, dtype, plan.basis))
+                    regression_dtype=rdt)
                 S_c = None
                 clock.skip()                                                           # booked by the LSM
                 stats.add(g, res)

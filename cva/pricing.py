@@ -55,6 +55,7 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
         raise ValueError(f"paths must be at least 2, got {M}")
     oos = sim.out_of_sample if out_of_sample is None else bool(out_of_sample)
     solver = {"method": cfg.regression.method, "cond_max": cfg.regression.cond_max, "rtol": cfg.regression.rtol}
+    rdt = cfg.regression_dtype()
     t_start = time.perf_counter()
     rows, solver_stats = [], {}
     for c in cfg.portfolio:
@@ -71,8 +72,7 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
             policy = None
         else:
             res = longstaff_schwartz(S, times, contract.payoff_value, basis_fn, model.rate, solver=solver,
-                                     itm_only=sim.itm_only,
-                                     regression_dtype=basis.regression_dtype(cfg.regression.dtype, dtype, sim.basis))
+                                     itm_only=sim.itm_only, regression_dtype=rdt)
             cash, policy = res.cashflow, res.coefficients
             solver_stats[contract.name] = {"exercised": res.exercised.tolist(), "dates": report_summary(res.reports)}
         row.update(_estimate(cash, sim.antithetic))
@@ -90,7 +90,7 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows)
     df.attrs.update(backend=label, paths=M, dtype=str(dtype), seed=cfg.run.seed, basis=sim.basis,
-                    regression_dtype=basis.regression_dtype(cfg.regression.dtype, dtype, sim.basis).name,
+                    regression_dtype=rdt.name,
                     seconds=time.perf_counter() - t_start, solver=solver_stats)
     return df
 

@@ -169,7 +169,6 @@ def finish(cfg, plan, model, counterparty, values, stats, timings, out_dir, *, d
     """Measures from the per-path values, then every file of the run directory; the RunResult."""
     from jinja2 import Environment
 
-    from cva.basis import regression_dtype
     from cva.nested import RunResult, exposures_and_cva
 
     out_dir = Path(out_dir)
@@ -180,7 +179,7 @@ def finish(cfg, plan, model, counterparty, values, stats, timings, out_dir, *, d
         "name": cfg.run.name, **est, **measures.epe_eepe(prof["date"], prof["EE"]),
         "max_EE": float(prof["EE"].max()), "max_PFE": float(prof["PFE"].max()),
         "backend": manifest["backend"], "device": device, "dtype": cfg.run.dtype,
-        "regression_dtype": regression_dtype(cfg.regression.dtype, cfg.run.dtype, plan.basis).name,
+        "regression_dtype": cfg.regression_dtype().name,
         "seed": cfg.run.seed, "outer_paths": plan.outer_paths, "inner_paths": plan.inner_paths, "chunk": chunk,
         "exposure_dates": len(plan.exposure_index), "grid_dates": len(plan.grid), "basis": plan.basis,
         "recovery": counterparty.recovery, "credit": counterparty.description,
