@@ -39,14 +39,16 @@ def get_array_module(*arrays):
 
 
 def as_array(x, name: str, xp=None):
-    """``x`` as an array of the module ``xp`` (numpy by default); lists are accepted like numpy does."""
+    """``x`` as an array of the module ``xp`` (numpy by default); lists are accepted like numpy does,
+    and a non-native byte order (e.g. ``>f8`` read from a file) becomes the native one."""
     xp = xp or get_array_module(x)
     if xp is np and is_cupy_array(x):  # pragma: no cover - mixed inputs are refused earlier
         raise TypeError(f"{name} is a cupy array but the other arguments are numpy arrays")
     try:
-        return xp.asarray(x)
+        a = xp.asarray(x)
     except Exception as exc:
         raise TypeError(f"{name} must be an array of real numbers, got {type(x).__name__}") from exc
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def check_dtype(x, name: str) -> np.dtype:

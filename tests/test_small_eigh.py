@@ -293,6 +293,23 @@ def test_eigh_small_scales(rng, k):
     check_eigenpairs(A, w, N, np.linalg.eigvalsh(A), np.float64, f"scale 1e{k}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_eigh_small_at_the_top_of_the_range(rng, dtype):
+    """max |A_ij| = 1.25 * 2^1023 (float32: 2^127), ||A||_2 below the overflow: finite eigenpairs,
+    those of A / 2^1023 (exact) times that power of 2."""
+    n = 12
+    top = np.finfo(dtype).maxexp - 1
+    X = rng.standard_normal((3, n, n)) * 0.01
+    A0 = np.stack([np.diag(rng.permutation(np.r_[np.linspace(1.0, 0.1, n - 2), -0.5, -0.9])) for _ in range(3)])
+    A0 = A0 + (X + mT(X)) / 2
+    A = (A0 * (1.25 / np.abs(A0).max(axis=(1, 2), keepdims=True))).astype(dtype) * dtype(2.0 ** top)
+    assert np.all(np.abs(A).max(axis=(1, 2)) >= 2.0 ** top) and np.all(np.isfinite(A))
+    w, N = lg.eigh_small(A)
+    As = A.astype(np.float64) / 2.0 ** top
+    check_eigenpairs(As, (w.astype(np.float64) / 2.0 ** top).astype(dtype), N, np.linalg.eigvalsh(As), dtype,
+                     f"top {top}")
+
+
 def test_eigh_small_reads_lower_triangle_only(rng):
     n = 10
     X = rng.standard_normal((2, n, n))

@@ -130,6 +130,42 @@ def test_reflectors_shape_mismatch(rng):
         H.apply_q(np.ones((2, 4)))
     with pytest.raises(ValueError, match=_word("y")):
         H.apply_qt(np.ones((3, 5)))
+    with pytest.raises(TypeError, match=_word("y")):
+        H.apply_qt(np.ones((2, 5), dtype=complex))
+
+
+def test_empty_batch(rng):
+    """Zero systems give empty results of numpy's shapes in every function (as np.linalg does)."""
+    A, b = np.zeros((0, 4, 4)), np.zeros((0, 4))
+    shapes = {"solve_small": [lg.solve_small(A, b).shape], "eigh_small": [a.shape for a in lg.eigh_small(A)],
+              "ldlt_factor": [a.shape for a in lg.ldlt_factor(A)],
+              "tridiagonalize": [a.shape for a in lg.tridiagonalize(A)],
+              "pcr_solve": [lg.pcr_solve(np.zeros((0, 4)), np.zeros((0, 3)), b).shape],
+              "tridiag_eigh": [a.shape for a in lg.tridiag_eigh(np.zeros((0, 4)), np.zeros((0, 3)))]}
+    ref = {"solve_small": [np.linalg.solve(A, b[..., None])[..., 0].shape],
+           "eigh_small": [a.shape for a in np.linalg.eigh(A)], "ldlt_factor": [(0, 4, 4), (0, 4), (0,)],
+           "tridiagonalize": [(0, 4), (0, 3), (0, 4, 4)], "pcr_solve": [(0, 4)], "tridiag_eigh": [(0, 4), (0, 4, 4)]}
+    assert shapes == ref
+
+
+@pytest.mark.parametrize("method", lg.METHODS)
+def test_no_right_hand_sides(rng, method):
+    """b of shape (..., n, 0): an empty x, and the report of the systems themselves (as for b = 0)."""
+    A = _spd(rng, 5, (3,))
+    x, rep = lg.solve_small(A, np.zeros((3, 5, 0)), method=method, return_report=True)
+    _, rep0 = lg.solve_small(A, np.zeros((3, 5, 1)), method=method, return_report=True)
+    assert x.shape == (3, 5, 0) and x.dtype == A.dtype
+    assert np.array_equal(rep.method, rep0.method) and np.array_equal(rep.ok, rep0.ok) and rep.ok.all()
+
+
+def test_non_native_byte_order(rng):
+    """Big-endian input (as read from some files) is solved like the native array, bitwise."""
+    A = _spd(rng, 5, (4,))
+    b = rng.standard_normal((4, 5))
+    swapped = A.astype(A.dtype.newbyteorder()), b.astype(b.dtype.newbyteorder())
+    np.testing.assert_array_equal(lg.solve_small(*swapped), lg.solve_small(A, b))
+    for got, want in zip(lg.eigh_small(swapped[0]), lg.eigh_small(A), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,6 +181,13 @@ def test_unknown_method_lists_valid_ones(rng):
     for m in ("auto", "ldlt", "householder_pcr", "eig_truncate"):
         assert m in msg
     assert set(lg.METHODS) == {"auto", "ldlt", "householder_pcr", "eig_truncate"}
+
+
+@pytest.mark.parametrize(("name", "value"), [("cond_max", "abc"), ("cond_max", None), ("cond_max", [1e5]),
+                                           ("rtol", "1e-6"), ("rtol", [1e-3]), ("rtol", 1j)])
+def test_option_not_a_number(rng, name, value):
+    with pytest.raises(TypeError, match=_word(name) + ".*a real number"):
+        lg.solve_small(_spd(rng), np.ones((3, 4, 4)), **{name: value})
 
 
 @pytest.mark.parametrize("cond_max", [1.0, 0.5, 0.0, -1e5, np.inf, np.nan])
@@ -173,6 +216,8 @@ def test_memory_wrong_type(rng):
 def test_memory_bad_threshold(threshold):
     with pytest.raises(ValueError, match="threshold"):
         lg.SolverMemory(threshold=threshold)
+    with pytest.raises(TypeError, match="threshold"):
+        lg.SolverMemory(threshold=str(threshold))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,6 +289,31 @@ def test_nonfinite_unchecked_factorizations(rng):
     A[1, 0, 0] = np.nan
     _, _, ok = lg.ldlt_factor(A, check_finite=False)
     np.testing.assert_array_equal(ok, [True, False, True])
+
+
+def test_nonfinite_messages_say_what_check_finite_false_gives(rng):
+    A = _spd(rng, 4, (3,))
+    A[1, 2, 2] = np.nan
+    with pytest.raises(ValueError, match="flagged in the report"):
+        lg.solve_small(A, np.ones((3, 4)))
+    for f in (lg.eigh_small, lg.ldlt_factor, lg.tridiagonalize):
+        with pytest.raises(ValueError, match="NaN results"):
+            f(A)
+    e = np.ones((3, 2))
+    e[1, 0] = np.nan
+    with pytest.raises(np.linalg.LinAlgError, match="NaN or Inf") as exc:
+        lg.pcr_solve(np.full((3, 3), 4.0), e, np.ones((3, 3)), check_finite=False)
+    assert "(1,)" in str(exc.value) and "singular" not in str(exc.value)
+    with pytest.raises(np.linalg.LinAlgError, match="non-finite input") as exc:
+        lg.solve_small(A, np.ones((3, 4)), check_finite=False)
+    assert "method='auto'" not in str(exc.value) and "(1,)" in str(exc.value)
+
+
+def test_pcr_zero_pivot_message(rng):
+    d = np.array([[4.0, 4.0, 4.0], [0.0, 0.0, 0.0]])
+    with pytest.raises(np.linalg.LinAlgError, match="singular") as exc:
+        lg.pcr_solve(d, np.zeros((2, 2)), np.ones((2, 3)))
+    assert "(1,)" in str(exc.value) and "NaN or Inf" not in str(exc.value)
 
 
 # ---------------------------------------------------------------------------------------------

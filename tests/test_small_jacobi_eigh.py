@@ -60,6 +60,21 @@ def test_scales(rng, k):
     check_eigenpairs(A, w / 10.0**k, V, np.linalg.eigvalsh(A), np.float64, f"scale 1e{k}")
 
 
+@pytest.mark.parametrize("dtype", (np.float32, np.float64))
+def test_top_of_the_range(rng, dtype):
+    """max |A_ij| = 1.25 * 2^1023 (float32: 2^127), ||A||_2 below the overflow: the scaling exponent
+    is clamped so that 2^ex stays finite; the eigenpairs are those of A / 2^1023 (exact) scaled."""
+    n = 8
+    top = np.finfo(dtype).maxexp - 1
+    X = rng.standard_normal((4, n, n)) * 0.01
+    A0 = np.stack([np.diag(rng.permutation(np.r_[np.linspace(1.0, 0.1, n - 1), -0.7])) for _ in range(4)])
+    A0 = A0 + (X + mT(X)) / 2
+    A = (A0 * (1.25 / np.abs(A0).max(axis=(1, 2), keepdims=True))).astype(dtype) * dtype(2.0 ** top)
+    w, V = eigh_jacobi(A)
+    As = A.astype(np.float64) / 2.0 ** top
+    check_eigenpairs(As, (w.astype(np.float64) / 2.0 ** top).astype(dtype), V, np.linalg.eigvalsh(As), dtype)
+
+
 def test_graded_positive_definite_relative_accuracy(rng):
     """Jacobi with the relative threshold finds the eigenvalues of D B D (B well conditioned, D graded
     over 24 orders of magnitude) to about n eps cond(B) relative (Demmel & Veselic); LAPACK's

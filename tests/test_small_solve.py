@@ -201,6 +201,25 @@ def test_indefinite_goes_to_householder_pcr(rng):
     assert np.all(rel_err(x, ref_solve(A, b)) <= C_SOLVE * n * eps(np.float64) * cond2(A))
 
 
+@pytest.mark.parametrize("dtype", (np.float32, np.float64), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("method", ("auto", "householder_pcr", "eig_truncate"))
+def test_entries_at_the_top_of_the_range(rng, method, dtype):
+    """max |A_ij| = 1.25 * 2^1023 (float32: 2^127), ||A||_2 below the overflow: the power-of-2 scaling
+    of the reduction stays finite; reference: LAPACK on A / 2^1023 (exact) in float64."""
+    n = 6
+    top = np.finfo(dtype).maxexp - 1                                   # 1023 / 127
+    X = rng.standard_normal((3, n, n)) * 0.01
+    A0 = np.stack([np.diag(rng.permutation(np.linspace(1.0, 0.2, n))) for _ in range(3)]) + (X + mT(X)) / 2
+    A = (A0 * (1.25 / np.abs(A0).max(axis=(1, 2), keepdims=True))).astype(dtype) * dtype(2.0 ** top)
+    assert np.all(np.abs(A).max(axis=(1, 2)) >= 2.0 ** top) and np.all(np.isfinite(A))
+    b = rng.standard_normal((3, n)).astype(dtype) * dtype(2.0 ** (top - 20))
+    x, rep = lg.solve_small(A, b, method=method, return_report=True)
+    As = A.astype(np.float64) / 2.0 ** top
+    ref = ref_solve(As, b.astype(np.float64) / 2.0 ** (top - 20)) * 2.0 ** -20
+    assert np.all(rep.ok) and np.all(np.isfinite(x))
+    assert np.all(rel_err(x.astype(np.float64), ref) <= C_SOLVE * n * eps(dtype) * cond2(As))
+
+
 @pytest.mark.parametrize("k", (-160, 160))
 @pytest.mark.parametrize("method", SOLVE_METHODS)
 def test_scale_invariance(rng, method, k):

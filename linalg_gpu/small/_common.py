@@ -20,7 +20,7 @@ from .._backend import as_array, check_dtype, common_dtype, get_array_module, to
 
 __all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch", "check_symmetric_input",
            "check_tridiagonal", "screening_flags", "raise_for_flags", "flatten_batch", "map_chunks", "chunk_size",
-           "default_rtol", "first_index", "require_numpy", "common_dtype", "SYMMETRY_RTOL"]
+           "default_rtol", "real_number", "first_index", "require_numpy", "common_dtype", "SYMMETRY_RTOL"]
 
 _MAX_WORKERS = max(1, min(8, os.cpu_count() or 1))
 
@@ -100,11 +100,11 @@ def screening_flags(nonfinite, asym, asym_max):
     return bool(nonfinite.any()), bool((~nonfinite & (asym > asym_max)).any())
 
 
-def raise_for_flags(A, arrays, names, nonfinite_found, asymmetric_found):
+def raise_for_flags(A, arrays, names, nonfinite_found, asymmetric_found, hint="NaN results for these systems"):
     """Turn "some system has a NaN/Inf" and "some system is not symmetric" into the errors of the
     argument checks, which name the first offending system."""
     if nonfinite_found:
-        check_finite_batch(arrays, A.shape[:-2], names)
+        check_finite_batch(arrays, A.shape[:-2], names, hint)
     if asymmetric_found:
         check_symmetric(A)
 
@@ -140,23 +140,24 @@ def check_rhs(b, A, name="b"):
     )
 
 
-def check_finite_batch(arrays, batch_shape, names):
-    """Raise ValueError naming the first system (batch index) that holds a NaN or an Inf."""
+def check_finite_batch(arrays, batch_shape, names, hint="NaN results for these systems"):
+    """Raise ValueError naming the first system (batch index) that holds a NaN or an Inf; ``hint``
+    says what ``check_finite=False`` gives instead (None: nothing to suggest)."""
+    B = int(np.prod(batch_shape, dtype=np.int64))
     bad = None
     for arr, nm in zip(arrays, names, strict=True):
+        if B == 0 or arr.size == 0:
+            continue
         xp = get_array_module(arr)
-        flat = arr.reshape(int(np.prod(batch_shape, dtype=np.int64)), -1)
-        f = ~xp.isfinite(flat).all(axis=1)
+        f = ~xp.isfinite(arr.reshape(B, -1)).all(axis=1)
         if bool(f.any()):
             idx = first_index(f.get() if hasattr(f, "get") else f, batch_shape)
             bad = (nm, idx, int(f.sum()))
             break
     if bad is not None:
         nm, idx, count = bad
-        raise ValueError(
-            f"{nm} contains NaN or Inf in {count} system(s), the first at batch index {idx}; "
-            "pass check_finite=False to get these systems flagged in the report instead"
-        )
+        raise ValueError(f"{nm} contains NaN or Inf in {count} system(s), the first at batch index {idx}"
+                         + (f"; pass check_finite=False to get {hint} instead" if hint else ""))
 
 
 SYMMETRY_RTOL = 100   # |A - A^T| <= SYMMETRY_RTOL * eps * max|A| counts as symmetric
@@ -251,6 +252,16 @@ def require_numpy(A, fname):
     """The GPU launchers are not wired into this function: refuse cupy input clearly."""
     if not isinstance(A, np.ndarray):
         raise TypeError(f"{fname}: pass a numpy array (the GPU path of this function is not available)")
+
+
+def real_number(value, name):
+    """``float(value)`` for an option, with a ``TypeError`` naming it where ``value`` is not a real number."""
+    if isinstance(value, (str, bytes)) or np.ndim(value) != 0:
+        raise TypeError(f"{name} must be a real number; got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number; got {value!r}") from None
 
 
 def default_rtol(n, dtype):

@@ -10,13 +10,14 @@ is reduced by H_i = I - u_i u_i^T / b_i (eq. 8) with
 and Q = H_n H_{n-1} ... H_3 is accumulated by eq. (14). The sign in eq. (11) is chosen as
 the sign of A_i,i-1 so that no cancellation occurs; a row that is already reduced gets H_i = I.
 Each matrix is scaled by a power of 2 to max |A_ij| ~ 1 first (the reflectors do not depend on the scale), so
-that huge and tiny matrices neither overflow nor underflow. Only the lower triangle of A is read.
+that huge and tiny matrices neither overflow nor underflow. Only the lower triangle of A is used.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .._backend import as_array, check_dtype
 from . import _common as C
 
 __all__ = ["tridiagonalize", "HouseholderReflectors"]
@@ -39,7 +40,8 @@ def _tridiagonalize_bl(A):
     W = _symmetrize_lower_bl(A)                                         # (n, n, c) working copy
     amax = np.abs(W).max((0, 1))                                        # (c,) like LAPACK's dsytrd
     amax = np.where((amax > 0) & np.isfinite(amax), amax, 1)
-    scale = np.ldexp(1.0, np.frexp(amax)[1]).astype(A.dtype)            # a power of 2: exact
+    ex = np.minimum(np.frexp(amax)[1], np.finfo(A.dtype).maxexp - 1)     # 2^ex finite (max |A| >= 2^1023)
+    scale = np.ldexp(1.0, ex).astype(A.dtype)                           # a power of 2: exact
     W /= scale                                                          # no under/overflow in the squares
     U = np.zeros_like(W)                                                # (n, n, c)
     beta = np.zeros((n, c), dtype=A.dtype)                              # (n, c)
@@ -93,7 +95,8 @@ class HouseholderReflectors:
         self.batch_shape, self.n = tuple(batch_shape), U.shape[-1]
 
     def _apply(self, y, transpose):
-        y = np.asarray(y)
+        y = as_array(y, "y", np)
+        check_dtype(y, "y")
         vec = y.shape == self.batch_shape + (self.n,)
         if not vec and y.shape[:-1] != self.batch_shape + (self.n,):
             raise ValueError(f"y must have shape {self.batch_shape + (self.n,)} or "
@@ -127,11 +130,14 @@ def tridiagonalize(A, *, form_q=True, check_finite=True, assume_symmetric=False)
     Parameters
     ----------
     A : (..., n, n) array_like, float32 or float64
-        Symmetric matrices; only the lower triangle is read.
+        Symmetric matrices; only the lower triangle is used (NaN or Inf anywhere in A counts).
     form_q : bool, default True
         Return Q as an array; with False, return a :class:`HouseholderReflectors` that applies
         Q and Q^T to right-hand sides without forming Q (what the solvers use).
-    check_finite, assume_symmetric : bool
+    check_finite : bool, default True
+        Raise ``ValueError`` naming the first system that holds a NaN or an Inf; with False such
+        systems get NaN outputs.
+    assume_symmetric : bool, default False
         As in :func:`linalg_gpu.solve_small`.
 
     Returns

@@ -6,7 +6,7 @@ For a symmetric positive definite A = L D L^T, with L unit lower triangular and 
     L_ij = (A_ij - sum_{k<j} L_ik L_jk D_kk) / D_jj,   i > j            (eq. 5)
 
 computed column after column (left-looking, as in Algorithm 1), all systems of the batch at
-once. Only the lower triangle of A is read. A pivot that is not finite or not larger than
+once. Only the lower triangle of A is used. A pivot that is not finite or not larger than
 n * eps * max_i |A_ii| is a *breakdown*: the system is flagged, its pivot is replaced by
 max_i |A_ii| so that the rest of the batch is not disturbed, and its solution must not be used.
 """
@@ -70,9 +70,10 @@ def ldlt_factor(A, *, check_finite=True, assume_symmetric=False):
     Parameters
     ----------
     A : (..., n, n) array_like, float32 or float64
-        Symmetric matrices; only the lower triangle is read.
+        Symmetric matrices; only the lower triangle is used (NaN or Inf anywhere in A counts).
     check_finite : bool, default True
-        Raise ``ValueError`` naming the first system that holds a NaN or an Inf.
+        Raise ``ValueError`` naming the first system that holds a NaN or an Inf; with False such
+        systems get NaN factors and ``ok`` False.
     assume_symmetric : bool, default False
         Skip the symmetry check (``|A - A^T| <= 100 eps max|A|``).
 

@@ -95,7 +95,8 @@ def pcr_solve(d, e, y, *, check_finite=True):
     y : (..., n) or (..., n, k) array_like
         Right-hand sides.
     check_finite : bool, default True
-        Raise ``ValueError`` naming the first system with a NaN or Inf in the input.
+        Raise ``ValueError`` naming the first system with a NaN or Inf in the input; with False
+        such input ends in the ``LinAlgError`` below.
 
     Returns
     -------
@@ -104,8 +105,8 @@ def pcr_solve(d, e, y, *, check_finite=True):
     Raises
     ------
     numpy.linalg.LinAlgError
-        If a pivot vanished (the solution of some system is not finite); the message names
-        the first such system.
+        If the solution of some system is not finite (a pivot vanished, or NaN/Inf input with
+        ``check_finite=False``); the message names the first such system.
 
     Examples
     --------
@@ -125,15 +126,19 @@ def pcr_solve(d, e, y, *, check_finite=True):
         raise ValueError(f"y must have shape {batch + (n,)} or {batch + (n, 'k')}; got {y.shape}")
     dt = C.common_dtype(("d", d), ("e", e), ("y", y))
     if check_finite:
-        C.check_finite_batch([d, e, y], batch, ["d", "e", "y"])
+        C.check_finite_batch([d, e, y], batch, ["d", "e", "y"], hint=None)
     yf = C.flatten_batch((y[..., None] if vec else y).astype(dt, copy=False), 2)
     z, _ = C.map_chunks(_pcr_bl, (C.flatten_batch(d.astype(dt, copy=False), 1),
                                   C.flatten_batch(e.astype(dt, copy=False), 1), yf), n)
     bad = ~np.isfinite(z).all(axis=(1, 2))
     if bad.any():
+        finite = (np.isfinite(C.flatten_batch(d, 1)).all(1) & np.isfinite(C.flatten_batch(e, 1)).all(1)
+                  & np.isfinite(yf).all(axis=(1, 2)))
+        why = ("its input holds NaN or Inf" if not finite[bad].any()
+               else "T is singular or PCR without pivoting broke down")
         raise np.linalg.LinAlgError(
-            f"pcr_solve: a zero pivot in {int(bad.sum())} system(s), the first at batch index "
-            f"{C.first_index(bad, batch)}; T is singular or PCR without pivoting broke down"
+            f"pcr_solve: no finite solution in {int(bad.sum())} system(s), the first at batch index "
+            f"{C.first_index(bad, batch)}; {why}"
         )
     z = z.reshape(batch + z.shape[1:])
     return z[..., 0] if vec else z

@@ -115,9 +115,9 @@ class SolverMemory:
     """
 
     def __init__(self, threshold=0.5, per_system=False):
-        if not 0 < threshold <= 1:
+        self.threshold = C.real_number(threshold, "threshold")
+        if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must be in (0, 1]; got {threshold}")
-        self.threshold = float(threshold)
         self.per_system = bool(per_system)
         self._last = {}
 
@@ -335,7 +335,8 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     Parameters
     ----------
     A : (..., n, n) array_like, float32 or float64
-        Symmetric matrices; only the lower triangle is read. numpy arrays are solved on the
+        Symmetric matrices; only the lower triangle is used (NaN or Inf anywhere in A counts
+        as non-finite input). numpy arrays are solved on the
         CPU; cupy arrays (n <= 64) on the GPU by the kernels in ``linalg_gpu/cuda``, with the
         fallbacks run only on the failing systems, compacted on the device.
     b : (..., n) or (..., n, k) array_like
@@ -359,7 +360,8 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
         Raise ``ValueError`` naming the first system with a NaN or Inf; with False such systems
         get method "none", a NaN solution and ``report.nonfinite`` True.
     assume_symmetric : bool, default False
-        Skip the symmetry check (``|A - A^T| <= 100 eps max|A|``, first bad system named).
+        Skip the symmetry check (``|A - A^T| <= 100 eps max|A|``, first bad system named) and
+        solve with the lower triangle as it is.
 
     Returns
     -------
@@ -378,7 +380,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
-    cond_max = float(cond_max)
+    cond_max = C.real_number(cond_max, "cond_max")
     if not (math.isfinite(cond_max) and cond_max > 1):
         raise ValueError(f"cond_max must be a finite number > 1; got {cond_max}")
     A = C.check_square_batch(A, "A")
@@ -386,7 +388,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     xp = get_array_module(A, b)
     dt = C.common_dtype(("A", A), ("b", b))
     batch, n = A.shape[:-2], A.shape[-1]
-    rtol = C.default_rtol(n, dt) if rtol is None else float(rtol)
+    rtol = C.default_rtol(n, dt) if rtol is None else C.real_number(rtol, "rtol")
     if not (math.isfinite(rtol) and rtol > 0):
         raise ValueError(f"rtol must be a finite positive number; got {rtol}")
     if memory is not None and key is None:
@@ -398,7 +400,9 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
                          "solve on the CPU (pass numpy arrays) or split the problem")
     Af = C.contiguous_batch(xp, A, dt, 2)                                            # (B, n, n)
     bf = C.contiguous_batch(xp, b.reshape(b.shape + (1,)) if vec else b, dt, 2)     # (B, n, r)
-    B = Af.shape[0]
+    B, no_rhs = Af.shape[0], bf.shape[2] == 0
+    if no_rhs:                              # k = 0: the systems are still solved and reported, for b = 0
+        bf = xp.zeros((B, n, 1), dtype=dt)
     start = method if method != "auto" else (memory.start_method(key) if memory is not None else "ldlt")
     start_codes = None
     if memory is not None and memory.per_system and method == "auto":
@@ -422,7 +426,8 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     breakdown, redo, (any_nonfinite, any_asym, any_failed, any_redo) = flags(
         (x, code, residual, cond, ok), nonfinite, asym, start_codes, rtol, C.SYMMETRY_RTOL * np.finfo(dt).eps,
         stages[0] == "ldlt")
-    C.raise_for_flags(A, [A, b], ["A", "b"], check_finite and any_nonfinite, not assume_symmetric and any_asym)
+    C.raise_for_flags(A, [A, b], ["A", "b"], check_finite and any_nonfinite, not assume_symmetric and any_asym,
+                      "these systems flagged in the report")
     if len(stages) > 1 and any_redo:
         _later_stages(xp, stages, Af, bf, assume_symmetric, cond_max, rtol, C.host_indices(redo), start_codes,
                       (x, code, residual, cond, n_disc, ok))
@@ -435,17 +440,19 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
                           cond_max=cond_max, key=key, start_codes=start_codes)
     if memory is not None:
         memory.record(key, report)
+    x = x[..., :0] if no_rhs else x
     shape = batch + ((n,) if vec else x.shape[1:])
     x = x if x.shape == shape else x.reshape(shape)                   # (one view: cheaper than x[..., 0])
     if return_report:
         return x, report
     if (any_failed or any_redo) and C.host_any(~ok):                  # (else every system is ok)
         bad = _host(~ok)
-        why = ("non-finite input" if _host(nonfinite)[bad].all()
+        nonfin = bool(_host(nonfinite)[bad].all())
+        why = ("non-finite input" if nonfin else "no stage gave a finite solution" if method == "auto"
                else f"{method} failed (breakdown or zero pivot)")
+        fix = "" if nonfin or method == "auto" else "method='auto' to repair them, or "
         raise np.linalg.LinAlgError(
             f"solve_small: {int(bad.sum())} of {B} system(s) have no valid solution ({why}); the first at "
-            f"batch index {C.first_index(bad, batch)}. Use method='auto' to repair them, or "
-            "return_report=True to get them flagged instead"
+            f"batch index {C.first_index(bad, batch)}. Use {fix}return_report=True to get them flagged instead"
         )
     return x

@@ -312,7 +312,8 @@ def tridiag_eigh(d, e, *, check_finite=True):
     e : (..., n-1) array_like
         Off-diagonals.
     check_finite : bool, default True
-        Raise ``ValueError`` naming the first system with a NaN or Inf.
+        Raise ``ValueError`` naming the first system with a NaN or Inf; with False such systems
+        get NaN outputs.
 
     Returns
     -------
@@ -355,7 +356,7 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
 
     Householder tridiagonalization (section 4) followed by divide and conquer (section 5), the
     decomposition behind the truncated solve of the robust strategy. Only the lower triangle
-    of A is read. numpy input is computed on the CPU; cupy input (n <= 64) by the kernel
+    of A is used. numpy input is computed on the CPU; cupy input (n <= 64) by the kernel
     ``cuda/eigh_small.cu``, which follows the same steps, except for n <= 12 (float32) and n <= 10
     (float64): there the GPU runs the two-sided parallel Jacobi method (paper 004, as
     :func:`linalg_gpu.jacobi.klt.jacobi_eigh`) with one thread per system, ``cuda/eigh_jacobi.cu``
@@ -367,7 +368,10 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
     Parameters
     ----------
     A : (..., n, n) array_like, float32 or float64
-    check_finite, assume_symmetric : bool
+    check_finite : bool, default True
+        Raise ``ValueError`` naming the first system that holds a NaN or an Inf; with False such
+        systems get NaN outputs.
+    assume_symmetric : bool, default False
         As in :func:`linalg_gpu.solve_small`.
 
     Returns

@@ -487,3 +487,48 @@ def test_input_layouts_match_contiguous_call(rng, method):
     w, V = lg.eigh_small(cp.asfortranarray(A))
     w0, V0 = lg.eigh_small(A)
     assert bool(cp.all(w == w0)) and bool(cp.all(V == V0))
+
+
+def near_top(rng, batch, n, dtype):
+    """Symmetric A with max |A_ij| = 1.25 * 2^1023 (float32: 2^127) and ||A||_2 below the overflow,
+    and that power of 2 (A / 2^top is exact)."""
+    top = np.finfo(dtype).maxexp - 1
+    X = rng.standard_normal((batch, n, n)) * 0.01
+    D = np.stack([np.diag(rng.permutation(np.linspace(1.0, 0.2, n))) for _ in range(batch)])
+    A0 = D + (X + X.transpose(0, 2, 1)) / 2
+    return (A0 * (1.25 / np.abs(A0).max(axis=(1, 2), keepdims=True))).astype(dtype) * dtype(2.0 ** top), top
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [5, 8, 16, 33, 64])
+def test_entries_at_the_top_of_the_range(rng, n, dtype):
+    """The kernels' power-of-2 scaling stays finite for max |A_ij| >= 2^1023 (2^127), as the twin's."""
+    A, top = near_top(rng, 64, n, dtype)
+    b = rng.standard_normal((64, n)).astype(dtype) * dtype(2.0 ** (top - 20))
+    As = A.astype(np.float64) / 2.0 ** top
+    ref = np.linalg.solve(As, b.astype(np.float64)[..., None] / 2.0 ** (top - 20))[..., 0] * 2.0 ** -20
+    e = np.finfo(dtype).eps
+    for method in ("auto", "householder_pcr", "eig_truncate"):
+        x, rep = lg.solve_small(cp.asarray(A), cp.asarray(b), method=method, return_report=True)
+        x = x.get()
+        assert bool(rep.ok.all()) and np.isfinite(x).all(), method
+        assert np.abs(x - ref).max() <= tol(dtype, n, 10.0) * np.abs(ref).max(), method
+    w, V = (a.get() for a in lg.eigh_small(cp.asarray(A)))
+    w_ref = np.linalg.eigvalsh(As)
+    assert np.isfinite(w).all() and np.isfinite(V).all()
+    assert np.abs(w / 2.0 ** top - w_ref).max() <= 50 * n * e * np.abs(w_ref).max()
+    assert np.abs(V.transpose(0, 2, 1) @ V.astype(np.float64) - np.eye(n)).max() <= 50 * n * e
+
+
+@pytest.mark.parametrize("method", lg.METHODS)
+def test_empty_batch_and_no_right_hand_sides(rng, method):
+    """Zero systems and k = 0 right-hand sides give the CPU path's shapes and reports."""
+    x = lg.solve_small(cp.zeros((0, 6, 6)), cp.zeros((0, 6)), method=method)
+    assert x.shape == (0, 6)
+    assert [a.shape for a in lg.eigh_small(cp.zeros((0, 6, 6)))] == [(0, 6), (0, 6, 6)]
+    A = spd(rng, 5, 6, np.float64)
+    x, rep = lg.solve_small(cp.asarray(A), cp.zeros((5, 6, 0)), method=method, return_report=True)
+    x_cpu, rep_cpu = lg.solve_small(A, np.zeros((5, 6, 0)), method=method, return_report=True)
+    assert x.shape == x_cpu.shape == (5, 6, 0)
+    np.testing.assert_array_equal(cp.asnumpy(rep.ok), rep_cpu.ok)
+    np.testing.assert_array_equal(rep.method, rep_cpu.method)
