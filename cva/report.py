@@ -37,6 +37,10 @@ img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 <h1>CVA report: {{ s.name }}</h1>
 <p class="big">CVA = <b>{{ "%.6g"|format(s.cva) }}</b> &plusmn; {{ "%.3g"|format(s.stderr) }} (std. error);
 95% interval [{{ "%.6g"|format(s.ci_low) }}, {{ "%.6g"|format(s.ci_high) }}]</p>
+<p class="note" id="inner-bias">The standard error and the interval measure the sampling of the outer paths only.
+Each exposure comes from {{ s.inner_paths }} inner paths, which adds a bias of order 1 / {{ s.inner_paths }}
+that the interval leaves out. To see its size, run again with simulation.inner_paths doubled and the same seed
+(the same outer paths): the CVA moves by about half the bias of this run.</p>
 <p>{{ s.outer_paths }} outer paths &times; {{ s.inner_paths }} inner paths, {{ s.exposure_dates }} exposure dates,
 {{ s.grid_dates }} grid dates; backend {{ s.device }}, {{ s.dtype }}
 {%- if s.regression_dtype != s.dtype %} ({{ s.regression_dtype }} regressions){% endif %};

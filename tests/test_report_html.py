@@ -25,6 +25,8 @@ def test_report_renders_every_image(tmp_path):
     html = (res.out_dir / "report.html").read_text()
     assert "<b>put</b>" not in html and "&lt;b&gt;put&lt;/b&gt;" in html          # user text is escaped
     assert not re.search(r'src="(?!data:)', html)                                   # nothing outside the file
+    note = re.search(r'<p class="note" id="inner-bias">(.*?)</p>', html, re.S)
+    assert note and "outer paths only" in note.group(1) and "64 inner paths" in note.group(1)   # what se covers
     proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                            "--disable-background-networking", "--disable-component-update", "--disable-sync",
                            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
