@@ -22,16 +22,17 @@ __host__ __device__ constexpr bool hh_rolled() { return W == 32 && N > 16; }
 constexpr int HH_PHASE = 8, HH_APPLY_UNROLL = 4;
 
 // The power of 2 that scales a matrix to max |A_ij| ~ 1 (no under/overflow in the squares of the
-// reduction): 2^ex with ex from frexp(max |A_ij|), clamped so that 2^-ex is a normal number (a
-// float32 matrix below 2^-125 is scaled to about 2^-22, not to 1) and 2^ex is finite (max |A_ij| >=
-// 2^127 / 2^1023 is scaled to [1, 2)). The kernels multiply by 2^-ex: as exact as the division of
-// the numpy twin, and one instruction instead of a division per entry.
+// reduction): 2^ex with ex from frexp(max |A_ij|), clamped so that 2^-ex and 2^ex are normal numbers
+// (a float32 matrix below 2^-125 is scaled to about 2^-22, not to 1; one with max |A_ij| >= 2^126
+// (float64 2^1022) to [1, 4): an unclamped 2^-127 is a float32 subnormal, which the multiplication
+// flushed to 0 on an H100). The kernels multiply by 2^-ex: as exact as the division of the numpy
+// twin, and one instruction instead of a division per entry.
 template <typename T>
 __device__ __forceinline__ int scale_exponent(T mx)
 {
     int ex = 0;
     frexp((mx > T(0) && isfinite(mx)) ? mx : T(1), &ex);
-    return min(max(ex, sizeof(T) == 4 ? -125 : -1021), sizeof(T) == 4 ? 127 : 1023);
+    return min(max(ex, sizeof(T) == 4 ? -125 : -1021), sizeof(T) == 4 ? 126 : 1022);
 }
 
 // Sum over the lanes of one system, returned to every lane: shuffles inside a warp; for N a

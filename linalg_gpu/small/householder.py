@@ -40,7 +40,7 @@ def _tridiagonalize_bl(A):
     W = _symmetrize_lower_bl(A)                                         # (n, n, c) working copy
     amax = np.abs(W).max((0, 1))                                        # (c,) like LAPACK's dsytrd
     amax = np.where((amax > 0) & np.isfinite(amax), amax, 1)
-    ex = np.minimum(np.frexp(amax)[1], np.finfo(A.dtype).maxexp - 1)     # 2^ex finite (max |A| >= 2^1023)
+    ex = np.minimum(np.frexp(amax)[1], np.finfo(A.dtype).maxexp - 2)     # 2^+-ex normal (the kernels')
     scale = np.ldexp(1.0, ex).astype(A.dtype)                           # a power of 2: exact
     W /= scale                                                          # no under/overflow in the squares
     U = np.zeros_like(W)                                                # (n, n, c)

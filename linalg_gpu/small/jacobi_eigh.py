@@ -38,9 +38,9 @@ def tournament_steps(n):
 
 def _scale_exponent(amax, dtype):
     """scale_exponent of cuda/householder.cuh: frexp's exponent of max|A| (1 where 0 or not finite),
-    clamped as there (2^-ex normal, 2^ex finite)."""
+    clamped as there (2^-ex and 2^ex normal)."""
     m = np.where((amax > 0) & np.isfinite(amax), amax, 1)
-    return np.clip(np.frexp(m)[1], -125 if dtype == np.float32 else -1021, np.finfo(dtype).maxexp - 1)
+    return np.clip(np.frexp(m)[1], -125 if dtype == np.float32 else -1021, np.finfo(dtype).maxexp - 2)
 
 
 def _rotations(aii, ajj, aij, tol, abs_thr, active):

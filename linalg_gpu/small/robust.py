@@ -338,9 +338,11 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
         Symmetric matrices; only the lower triangle is used (NaN or Inf anywhere in A counts
         as non-finite input). numpy arrays are solved on the
         CPU; cupy arrays (n <= 64) on the GPU by the kernels in ``linalg_gpu/cuda``, with the
-        fallbacks run only on the failing systems, compacted on the device. On the GPU, float32
-        matrices need max |A_ij| < 2^126 (about 8.5e37): above it the kernels' reciprocals leave
-        the float32 range and the solutions are wrong without a flag (the CPU has no such limit).
+        fallbacks run only on the failing systems, compacted on the device. On the GPU in float32,
+        LDL^T and Householder + PCR need max |A_ij| < 2^126 (about 8.5e37): above it their
+        pivots' reciprocals leave the normal range and x is wrong while ``report.ok`` stays True
+        (``report.residual`` shows it; ``auto`` falls back to the eigen-solve, which is accurate
+        there). The CPU path has no such limit.
     b : (..., n) or (..., n, k) array_like
         Right-hand sides, with the batch shape of A (and the same array module).
     method : {"auto", "ldlt", "householder_pcr", "eig_truncate"}, default "auto"

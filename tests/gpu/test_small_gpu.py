@@ -489,39 +489,35 @@ def test_input_layouts_match_contiguous_call(rng, method):
     assert bool(cp.all(w == w0)) and bool(cp.all(V == V0))
 
 
-# the largest power of 2 below max |A_ij| that the GPU kernels support: float64 the whole range (the
-# scale exponent clamped at 1023), float32 below 2^126 (above it the reciprocals leave the float32
-# range and the results are wrong; the solve_small docstring says so)
-GPU_TOP = {np.float64: 1023, np.float32: 125}
-
-
-def near_top(rng, batch, n, dtype):
-    """Symmetric A with max |A_ij| = 1.25 * 2^GPU_TOP and ||A||_2 below 2^(GPU_TOP + 1), and that
-    power of 2 (A / 2^top is exact)."""
-    top = GPU_TOP[dtype]
+def near_top(rng, batch, n, dtype, top):
+    """Symmetric A with max |A_ij| = 1.25 * 2^top and ||A||_2 below 2^(top + 1) (A / 2^top is exact)."""
     X = rng.standard_normal((batch, n, n)) * 0.01
     D = np.stack([np.diag(rng.permutation(np.linspace(1.0, 0.2, n))) for _ in range(batch)])
     A0 = D + (X + X.transpose(0, 2, 1)) / 2
-    return (A0 * (1.25 / np.abs(A0).max(axis=(1, 2), keepdims=True))).astype(dtype) * dtype(2.0 ** top), top
+    return (A0 * (1.25 / np.abs(A0).max(axis=(1, 2), keepdims=True))).astype(dtype) * dtype(2.0 ** top)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [5, 8, 16, 33, 64])
 def test_entries_at_the_top_of_the_range(rng, n, dtype):
-    """max |A_ij| >= 2^1023 in float64: the kernels' power-of-2 scaling stays finite, as the twin's;
-    float32 up to the kernels' limit."""
-    A, top = near_top(rng, 64, n, dtype)
-    b = rng.standard_normal((64, n)).astype(dtype) * dtype(2.0 ** (top - 20))
-    As = A.astype(np.float64) / 2.0 ** top
-    ref = np.linalg.solve(As, b.astype(np.float64)[..., None] / 2.0 ** (top - 20))[..., 0] * 2.0 ** -20
+    """max |A_ij| >= 2^1023 (float32 2^127): the kernels' power-of-2 scaling stays normal, so
+    eigh_small, the truncated eigen-solve and auto are accurate; float32 LDL^T and Householder + PCR
+    only below 2^126 (the solve_small docstring)."""
     e = np.finfo(dtype).eps
-    for method in ("auto", "householder_pcr", "eig_truncate"):
+    top = np.finfo(dtype).maxexp - 1
+    for method in lg.METHODS:
+        t = 125 if dtype == np.float32 and method in ("ldlt", "householder_pcr") else top
+        A = near_top(rng, 64, n, dtype, t)
+        b = rng.standard_normal((64, n)).astype(dtype) * dtype(2.0 ** (t - 20))
+        As = A.astype(np.float64) / 2.0 ** t
+        ref = np.linalg.solve(As, b.astype(np.float64)[..., None] / 2.0 ** (t - 20))[..., 0] * 2.0 ** -20
         x, rep = lg.solve_small(cp.asarray(A), cp.asarray(b), method=method, return_report=True)
         x = x.get()
         assert bool(rep.ok.all()) and np.isfinite(x).all(), method
         assert np.abs(x - ref).max() <= tol(dtype, n, 10.0) * np.abs(ref).max(), method
+    A = near_top(rng, 64, n, dtype, top)
     w, V = (a.get() for a in lg.eigh_small(cp.asarray(A)))
-    w_ref = np.linalg.eigvalsh(As)
+    w_ref = np.linalg.eigvalsh(A.astype(np.float64) / 2.0 ** top)
     assert np.isfinite(w).all() and np.isfinite(V).all()
     assert np.abs(w / 2.0 ** top - w_ref).max() <= 50 * n * e * np.abs(w_ref).max()
     assert np.abs(V.transpose(0, 2, 1) @ V.astype(np.float64) - np.eye(n)).max() <= 50 * n * e
