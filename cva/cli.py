@@ -1,24 +1,31 @@
 """The ``cva`` command line: ``cva run CONFIG``, ``cva price CONFIG``, ``cva validate CONFIG`` and
 ``cva bench CONFIG``.
 
-A user's mistake (a bad path, an invalid config, a bad option value) exits with status 2 and one
-line per problem on stderr, without a traceback; Ctrl-C exits with 130. This module only wires
-:mod:`cva.config` to the engines; the engines are imported when a command needs them.
+A user's mistake (a bad path, an invalid config, a bad option value, a run too large for the
+memory) exits with status 2 and one line per problem on stderr, without a traceback; output that
+cannot be written (a full disk, a closed pipe) exits with 1 and one line; Ctrl-C exits with 130.
+This module only wires :mod:`cva.config` to the engines; the engines are imported when a command
+needs them.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import json
+import os
 import platform
+import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from cva import __version__
 from cva.config import ConfigError, load_config
+from cva.rng import PATH_LIMIT
 
-EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _UsageError(Exception):
@@ -31,23 +38,38 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise _UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an unknown argument after a command is that command's error (``cva run --help``)."""
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:
+            getattr(args, "parser", self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return args
 
-def _integer_at_least(low: int):
-    """An argparse type: an integer >= ``low``, else a one-line error."""
+
+def _integer_in(low: int, high: int | None = None):
+    """An argparse type: an integer >= ``low`` (and <= ``high``), else a one-line error."""
+    bounds = f">= {low}" + ("" if high is None else f" and <= {high}")
 
     def parse(text: str) -> int:
         try:
             n = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {n}")
+            raise argparse.ArgumentTypeError(f"must be an integer {bounds}, got {text!r}") from None
+        if n < low or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(f"must be an integer {bounds}, got {n}")
         return n
 
     return parse
 
 
-_paths, _count = _integer_at_least(2), _integer_at_least(1)
+def _directory(text: str) -> str:
+    """An argparse type: a non-empty path."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+_paths, _chunk, _count = _integer_in(2, PATH_LIMIT), _integer_in(2), _integer_in(1)
 
 
 def _build_parser() -> _Parser:
@@ -60,16 +82,19 @@ def _build_parser() -> _Parser:
                        description="Run the nested Monte Carlo CVA of CONFIG and write summary.json, exposures.csv, "
                                    "solver_stats.csv, plots and report.html to the run directory.")
     p.add_argument("config", metavar="CONFIG", help="the YAML configuration")
-    p.add_argument("--out", metavar="DIR", help="the run directory (default: output.dir, else reports/<run.name>)")
+    p.add_argument("--out", type=_directory, metavar="DIR",
+                   help="the run directory (default: output.dir, else reports/<run.name>)")
     p.add_argument("--backend", choices=("auto", "cpu", "gpu"), help="override run.backend")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in the run directory")
-    p.add_argument("--chunk", type=_paths, metavar="N", help="outer paths per chunk (default: from free memory)")
-    p.set_defaults(func=_cmd_run)
+    p.add_argument("--chunk", type=_chunk, metavar="N",
+                   help="outer paths per chunk, >= 2 (default: simulation.chunk, else with --resume the "
+                        "interrupted run's, else from free memory)")
+    p.set_defaults(func=_cmd_run, parser=p)
 
     p = sub.add_parser("validate", help="check a configuration file and print its summary",
                        description="Check CONFIG; print 'CONFIG: ok (summary)' or one line per problem.")
     p.add_argument("config", metavar="CONFIG", help="the YAML configuration")
-    p.set_defaults(func=_cmd_validate)
+    p.set_defaults(func=_cmd_validate, parser=p)
 
     p = sub.add_parser("price", help="price every contract at t = 0 by plain LSM (ignores the counterparty)",
                        description="Price every contract of CONFIG at t = 0 by Longstaff-Schwartz on "
@@ -80,7 +105,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--paths", type=_paths, metavar="N", help="override simulation.pricing_paths")
     p.add_argument("--out-of-sample", action="store_true", default=None,
                    help="also price with the LSM policy on an independent path set (low-biased price)")
-    p.set_defaults(func=_cmd_price)
+    p.set_defaults(func=_cmd_price, parser=p)
 
     p = sub.add_parser("bench", help="time the nested CVA of CONFIG on this machine, stage by stage",
                        description="Run the nested CVA of CONFIG --repeat times into a temporary directory and "
@@ -92,7 +117,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--inner", type=_paths, metavar="N", help="override simulation.inner_paths")
     p.add_argument("--repeat", type=_count, default=3, metavar="R", help="runs to time (default 3)")
     p.add_argument("--json", metavar="FILE", help="also write the runs and the machine as JSON")
-    p.set_defaults(func=_cmd_bench)
+    p.set_defaults(func=_cmd_bench, parser=p)
     return parser
 
 
@@ -112,11 +137,33 @@ def _check_backend(backend, args, config):
         raise _UsageError(f"{where}: {exc}") from None
 
 
+def _writable(folder):
+    """Raises the OSError of creating a file in ``folder``, if any (also right for root, unlike os.access)."""
+    with tempfile.TemporaryFile(dir=folder):
+        pass
+
+
+def _check_run_dir(args, config):
+    """Create the run directory (but for --resume) and check that it takes files, before any work."""
+    path = Path(args.out or config.output.dir)
+    where = f"--out {args.out}" if args.out else f"{args.config}: output.dir {path}"
+    try:
+        if path.exists() and not path.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        if not args.resume:
+            path.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            _writable(path)
+    except OSError as exc:
+        raise _UsageError(f"{where}: cannot use it as the run directory: {exc.strerror or exc}") from None
+
+
 def _cmd_run(args) -> int:
     config = load_config(args.config)
     config.require_counterparty()
     backend = args.backend or config.run.backend
     _check_backend(backend, args, config)
+    _check_run_dir(args, config)
     from cva.nested import ResumeError, run
 
     try:
@@ -124,9 +171,10 @@ def _cmd_run(args) -> int:
     except ResumeError as exc:
         raise _UsageError(str(exc)) from None
     except KeyboardInterrupt:
-        out = args.out or config.output.dir or f"reports/{config.run.name}"
-        print(f"cva: interrupted; the finished chunks are saved: continue with "
-              f"cva run {args.config} --out {out} --resume", file=sys.stderr)
+        again = ["cva", "run", args.config, "--out", args.out or config.output.dir, "--resume"]
+        again += ["--backend", args.backend] if args.backend else []
+        again += ["--chunk", str(args.chunk)] if args.chunk else []
+        print(f"cva: interrupted; the finished chunks are saved: continue with {shlex.join(again)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     lo, hi = result.ci
     print(f"CVA = {result.cva:.6g} +- {result.stderr:.3g} (95% interval [{lo:.6g}, {hi:.6g}]); "
@@ -146,7 +194,11 @@ def _cmd_price(args) -> int:
     _check_backend(backend, args, config)
     from cva.pricing import price
 
-    df = price(config, backend=backend, paths=paths, out_of_sample=out_of_sample)
+    try:
+        df = price(config, backend=backend, paths=paths, out_of_sample=out_of_sample)
+    except MemoryError as exc:
+        where = "--paths" if args.paths else "simulation.pricing_paths"
+        raise MemoryError(f"out of memory pricing on {paths} paths ({where}): {exc}; use fewer paths") from exc
     used = df.attrs.get("backend", backend) if hasattr(df, "attrs") else backend
     header = (f"{config.run.name}: {len(config.portfolio)} contract(s), LSM on {paths} paths, backend {used}, "
               f"{config.run.dtype}, seed {config.run.seed}" + (", out of sample" if out_of_sample else ""))
@@ -208,10 +260,20 @@ def _cmd_bench(args) -> int:
 
 
 def _check_json_target(args):
+    """--json names a file that can be written (before any work)."""
     if args.json is not None:
-        parent = Path(args.json).resolve().parent
+        path = Path(args.json)
+        parent = path.resolve().parent
+        if path.is_dir():
+            raise _UsageError(f"--json {args.json}: is a directory, not a file")
         if not parent.is_dir():
             raise _UsageError(f"--json {args.json}: the directory {parent} does not exist")
+        try:
+            _writable(parent)
+            if path.exists() and not os.access(path, os.W_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        except OSError as exc:
+            raise _UsageError(f"--json {args.json}: cannot write: {exc.strerror or exc}") from None
 
 
 def _write_json(path, document):
@@ -224,6 +286,14 @@ def _write_json(path, document):
     print(f"wrote {path}")
 
 
+def _silence_stdout():
+    """Point stdout at /dev/null, so that the interpreter's flush at the exit does not fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):                                  # not a file (a test's capture)
+        pass
+
+
 def main(argv=None) -> int:
     """Run the ``cva`` command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     parser = _build_parser()
@@ -233,7 +303,9 @@ def main(argv=None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as exc:                                  # --help, --version
             return exc.code if isinstance(exc.code, int) else EXIT_OK
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()                                         # a write error here, not at the exit
+        return status
     except ConfigError as exc:
         source = getattr(args, "config", None) or exc.source
         for problem in exc.problems:
@@ -242,10 +314,15 @@ def main(argv=None) -> int:
     except _UsageError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
-    except ValueError as exc:                                      # a valid config the engine cannot run
+    except (ValueError, MemoryError) as exc:                       # a valid config the engine cannot run
         source = getattr(args, "config", None)
         print(f"{source}: {exc}" if source else f"cva: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:                                         # stdout full or closed, a full disk
+        _silence_stdout()
+        where = exc.filename or "the output"
+        print(f"cva: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_OUTPUT
     except KeyboardInterrupt:
         print("cva: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -15,10 +15,12 @@ name, its weights (basket) and its number of exercise dates, and the output dire
 How the problems are collected: every section is a pydantic model derived from ``_Section``,
 whose wrap validator (i) reports unknown keys with a suggestion, (ii) runs the section's
 cross-field checks on the raw input (``_prepare``), (iii) lets pydantic validate the fields and
-turns its errors into short sentences, and (iv) raises all of them together, so that the
-enclosing section collects them with their full paths. Checks that depend on the number of
-assets d (asset indices, weight lengths, the Laguerre basis) run at the top level with d
-inferred from the raw market section, so they are reported even when other keys are wrong.
+turns its errors into short sentences, (iv) once all is valid, normalizes the section (``_finish``)
+and runs the checks on the normalized values (``_check``: the limits of the random streams, the
+simulation grid), and (v) raises all of them together, so that the enclosing section collects them
+with their full paths. Checks that depend on the number of assets d (asset indices, weight
+lengths, the Laguerre basis) run at the top level with d inferred from the raw market section, so
+they are reported even when other keys are wrong.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from cva import rng
 from cva.basis import regression_dtype
 from cva.model import correlation_matrix
 
@@ -57,6 +60,8 @@ __all__ = [
 
 #: Exercise dates per year of an American contract without ``exercise_dates``.
 AMERICAN_DATES_PER_YEAR = 50
+#: Dates of the simulation grid are t / T rounded to this many digits (T the horizon): closer dates are one.
+GRID_DIGITS = 12
 
 _ERR = "cva_config"                 # pydantic error type of the problems written here
 
@@ -303,6 +308,10 @@ class _Section(BaseModel):
     def _finish(self) -> None:
         """Normalization once every field is valid (sets fields with ``_set``)."""
 
+    def _check(self) -> list[tuple[tuple, str]]:
+        """Cross-field checks on the normalized section (after ``_finish``)."""
+        return []
+
     def _set(self, **values) -> None:
         for k, v in values.items():
             object.__setattr__(self, k, v)                       # frozen for users, not for us
@@ -334,10 +343,12 @@ class _Section(BaseModel):
             found = [_friendly(err, descriptions) for err in errors
                      if not (err["type"] == "too_short" and tuple(err["loc"]) in deeper)]
             problems = [(cls._loc(loc), msg) for loc, msg in found] + problems
+        if not problems:
+            result._finish()
+            problems = result._check()
         if problems:
             problems.sort(key=lambda p: _schema_order(cls, p[0]))
             raise ValidationError.from_exception_data(cls.__name__, [_detail(loc, msg) for loc, msg in problems])
-        result._finish()
         return result
 
 
@@ -373,6 +384,16 @@ class Run(_Section):
     seed: Int = Field(0, ge=0, lt=2**32)
     backend: Literal["auto", "cpu", "gpu"] = "auto"
     dtype: Literal["float32", "float64"] = "float64"
+
+    @field_validator("name")
+    @classmethod
+    def _directory_name(cls, v):
+        if not v.strip():
+            raise _fail("must not be blank: it names the run directory reports/<name>")
+        if "/" in v or "\\" in v or v.strip() in (".", ".."):
+            raise _fail(f"must be a plain name, without path separators, got {v!r}: it names the run directory "
+                        "reports/<name> (set output.dir for another place)")
+        return v
 
 
 class Market(_Section):
@@ -595,22 +616,29 @@ def _inner_paths(v):
     return _INNER_INT.validate_python(v)
 
 
-_INNER_INT = TypeAdapter(Annotated[int, Field(ge=2)])
+_INNER_INT = TypeAdapter(Annotated[int, Field(ge=2, le=rng.PATH_LIMIT)])
 
 
 class Simulation(_Section):
     """``simulation``: grid, path counts, regression basis and LSM options."""
 
     dates: Int = Field(10, ge=1)
-    outer_paths: Int = Field(4096, ge=2)
-    pricing_paths: Int = Field(100_000, ge=2)
+    outer_paths: Int = Field(4096, ge=2, le=rng.PATH_LIMIT)
+    pricing_paths: Int = Field(100_000, ge=2, le=rng.PATH_LIMIT)
     inner_paths: Annotated[int | SqrtOuter, BeforeValidator(_inner_paths)] = 256
     basis: Literal["linear", "quadratic", "laguerre"] = "linear"
     payoff_regressor: bool = False
     itm_only: bool = True
     antithetic: bool = False
     out_of_sample: bool = False
-    chunk: Annotated[Int, Field(ge=1)] | None = None
+    chunk: Annotated[Int, Field(ge=2)] | None = None
+
+    def _check(self):
+        n = self.inner_paths_for()
+        if n > rng.PATH_LIMIT:
+            return [(("inner_paths",), f"sqrt_outer gives {n} inner paths for {self.outer_paths} outer paths, more "
+                                       f"than {rng.PATH_LIMIT}: use a smaller sqrt_outer")]
+        return []
 
     def inner_paths_for(self, outer_paths: int | None = None) -> int:
         """Inner paths per (outer path, date): the fixed count, or max(2, round(c sqrt(outer_paths)))."""
@@ -694,6 +722,34 @@ class Config(_Section):
         if self.output.dir is None:
             self._set(output=self.output.model_copy(update={"dir": f"reports/{self.run.name}"}))
 
+    def _check(self):
+        limit, d = rng.step_limit(self.d), self.d
+        why = f"the random streams key at most {limit} dates with d = {d} asset{'s' if d > 1 else ''}"
+        problems = []
+        if self.simulation.dates > limit:
+            problems.append((("simulation", "dates"), f"must be <= {limit}, got {self.simulation.dates}: {why}"))
+        for i, c in enumerate(self.portfolio):
+            if c.exercise_dates > limit:
+                default = f" (american: {AMERICAN_DATES_PER_YEAR} a year by default)" if c.style == "american" else ""
+                problems.append((("portfolio", i, "exercise_dates"),
+                                 f"must be <= {limit}, got {c.exercise_dates}{default}: {why}"))
+        if problems:
+            return problems
+        grid, T = self.grid_keys()
+        for i, c in enumerate(self.portfolio):
+            keys = grid_key(c.exercise_times(), T)
+            if keys[0] <= 0 or np.any(np.diff(keys) <= 0):
+                problems.append((("portfolio", i, "maturity"),
+                                 f"{_show(c.maturity)} with {c.exercise_dates} exercise date(s) is too short next to "
+                                 f"the horizon T = {_show(T)}: the exercise dates must lie at least about "
+                                 f"1e-{GRID_DIGITS} T apart and after t = 0 to be distinct dates of the simulation "
+                                 "grid; use a longer maturity or fewer exercise_dates"))
+        if not problems and grid.size > limit:
+            problems.append((("simulation", "dates"), f"with the exercise dates of the portfolio the simulation grid "
+                                                      f"has {grid.size} dates, more than {limit}: {why}; use fewer "
+                                                      "dates or exercise_dates"))
+        return problems
+
     # -- derived quantities
 
     @property
@@ -710,6 +766,14 @@ class Config(_Section):
         """The ``simulation.dates`` exposure dates ``T * (1..n) / n`` on (0, T], shape (n,)."""
         n = self.simulation.dates
         return self.horizon * np.arange(1, n + 1, dtype=np.float64) / n
+
+    def grid_keys(self) -> tuple[np.ndarray, float]:
+        """The simulation grid (the exposure and every exercise date) as its sorted distinct keys
+        :func:`grid_key` (t / T rounded), and T (the last exposure date)."""
+        exposure = self.exposure_times()
+        T = float(exposure[-1])
+        times = np.concatenate([exposure] + [c.exercise_times() for c in self.portfolio])
+        return np.unique(grid_key(times, T)), T
 
     def require_counterparty(self) -> Counterparty:
         """The counterparty section; raises :class:`ConfigError` when it is missing (``cva run``)."""
@@ -739,6 +803,12 @@ class Config(_Section):
             if c["underlying"] == "asset":
                 c["underlying"] = {"asset": c.pop("asset")}
         return out
+
+
+def grid_key(t, T) -> np.ndarray:
+    """The key of the dates ``t`` on the simulation grid of horizon ``T``: t / T rounded to
+    :data:`GRID_DIGITS` digits (dates equal to 12 digits relative to T are one date)."""
+    return np.round(np.asarray(t, dtype=np.float64) / T, GRID_DIGITS)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 PREMIUM_FREQUENCY = 4          # CDS premium payments per year
+MAX_HAZARD = 1e4               # the bootstrap's bracket: no spread needs a larger hazard rate
 
 
 class HazardCurve:
@@ -58,14 +59,16 @@ class HazardCurve:
                 return _cds_value(cls(tenors[: i + 1], np.array(rates + [lam])), tenors[i], s, recovery, rate)
 
             if pv(0.0) > -1e-14:
-                raise ValueError(f"cds_spreads: the spread {s} at tenor {tenors[i]:g} is below what the hazards of "
-                                 f"the shorter tenors already imply; no non-negative hazard rate reprices it "
-                                 f"(an inverted curve this steep is not arbitrage-free)")
+                raise ValueError(f"counterparty.cds_spreads: the spread {s} at tenor {tenors[i]:g} is below what the "
+                                 f"hazards of the shorter tenors already imply; no non-negative hazard rate reprices "
+                                 f"it (an inverted curve this steep is not arbitrage-free)")
             lo, hi = 0.0, 1.0
             while pv(hi) < 0:                                   # protection grows with the hazard
                 hi *= 2.0
-                if hi > 1e4:
-                    raise ValueError(f"cds spread {s} at tenor {tenors[i]} cannot be matched by a hazard rate")
+                if hi > MAX_HAZARD:
+                    raise ValueError(f"counterparty.cds_spreads: the spread {s:g} at tenor {tenors[i]:g} is too high: "
+                                     f"no hazard rate up to {MAX_HAZARD:g} reprices it with recovery {recovery:g} "
+                                     f"(the premium accrued to a default exceeds the protection 1 - R)")
             for _ in range(100):                                # bisection to machine precision
                 mid = 0.5 * (lo + hi)
                 lo, hi = (mid, hi) if pv(mid) < 0 else (lo, mid)
@@ -104,8 +107,9 @@ def _cds_value(curve, tenor, spread, recovery, rate, steps_per_year=400):
     # protection: on each small step the hazard is constant, so int D dS is exact per step
     n = max(8, int(np.ceil(tenor * steps_per_year)))
     grid = np.linspace(0.0, tenor, n + 1)
-    S = curve.survival(grid)
-    lam_dt = np.log(S[:-1] / S[1:])                                         # hazard * dt per step
+    cum = curve.cumulative(grid)
+    S = np.exp(-cum)
+    lam_dt = np.diff(cum)                                                   # hazard * dt per step (S may underflow)
     dt = np.diff(grid)
     a = lam_dt + rate * dt                                                  # total decay per step
     frac = np.where(a > 1e-12, lam_dt / np.where(a > 1e-12, a, 1.0) * (1 - np.exp(-a)), lam_dt)

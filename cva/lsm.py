@@ -130,7 +130,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         clock("assembly")
         if condition_sample:
             w = xp.linalg.eigvalsh(A[:condition_sample])                           # (k, p) ascending
-            conditions[j] = _host(xp.abs(w[:, -1]) / xp.abs(w[:, 0]))
+            low, high = xp.abs(w[:, 0]), xp.abs(w[:, -1])
+            conditions[j] = _host(xp.where(low > 0, high / xp.where(low > 0, low, 1), xp.inf))   # singular: inf
             clock("conditions")
         kw = {"memory": memory, "key": keys[j]} if memory is not None else {}
         beta, reports[j] = lg.solve_small(A, b, return_report=True, assume_symmetric=True, **solver, **kw)

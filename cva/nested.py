@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 
 import linalg_gpu as lg
-from cva import basis, measures, rng
+from cva import basis, measures
 from cva.analytic import black_scholes_array
 from cva.backend import resolve_backend
-from cva.config import load_config
+from cva.config import grid_key, load_config
 from cva.credit import Counterparty
 from cva.lsm import StageClock, longstaff_schwartz
 from cva.model import BlackScholes
@@ -71,38 +71,36 @@ class Plan:
 
 
 def build_plan(cfg) -> Plan:
-    exposure = cfg.exposure_times()
+    """The plan of a validated config (its grid's size and distinct dates are checked by :mod:`cva.config`)."""
     contracts = [Contract.from_config(c) for c in cfg.portfolio]
-    times = np.concatenate([exposure] + [c.exercise_times() for c in contracts])
-    T = float(exposure[-1])
-    keys = np.unique(np.round(times / T, 12))                      # dates equal to 12 digits relative to T
+    keys, T = cfg.grid_keys()                                      # dates equal to 12 digits relative to T
     grid = keys * T
-    limit = min(rng.DATE_LIMIT, rng.GROUP_LIMIT * 4 // cfg.d) - 1
-    if grid.size > limit:
-        raise ValueError(f"simulation.dates and exercise_dates: the simulation grid has {grid.size} dates, more "
-                         f"than the {limit} the random streams can key for d = {cfg.d} assets")
 
     def index(t):
-        return np.searchsorted(keys, np.round(np.asarray(t) / T, 12))
+        return np.searchsorted(keys, grid_key(t, T))
 
-    return Plan(grid=grid, exposure_index=index(exposure), contracts=contracts,
+    return Plan(grid=grid, exposure_index=index(cfg.exposure_times()), contracts=contracts,
                 exercise_index=[index(c.exercise_times()) for c in contracts],
                 closed_form=[c.is_european and (c.underlying == "asset" or cfg.d == 1) for c in contracts],
                 outer_paths=cfg.simulation.outer_paths, inner_paths=cfg.simulation.inner_paths_for(),
                 basis=cfg.simulation.basis, payoff_regressor=cfg.simulation.payoff_regressor)
 
 
-def chunk_size(plan, d, itemsize, xp) -> int:
-    """Outer paths per chunk from the memory the inner paths of the first date need."""
-    steps = len(plan.grid)
+def bytes_per_outer_path(plan, d, itemsize) -> int:
+    """The memory estimate per outer path of a chunk: the inner paths of the first date and their regressions."""
     p = basis.basis_size(plan.basis, d, plan.payoff_regressor)
-    per_outer = plan.inner_paths * itemsize * (5 * steps * d + 4 * p + 8)
+    return plan.inner_paths * itemsize * (5 * len(plan.grid) * d + 4 * p + 8)
+
+
+def chunk_size(plan, d, itemsize, xp) -> int:
+    """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
+    one path rounds a basket's average differently, and its values would depend on the chunking)."""
     if xp is np:
         budget = CPU_CHUNK_BYTES
     else:
         free, _ = xp.cuda.runtime.memGetInfo()
         budget = GPU_MEMORY_FRACTION * (free + xp.get_default_memory_pool().free_bytes())
-    return int(max(1, min(plan.outer_paths, budget // per_outer)))
+    return int(max(2, min(plan.outer_paths, budget // bytes_per_outer_path(plan, d, itemsize))))
 
 
 class DateStats:
@@ -255,8 +253,34 @@ class ResumeError(ValueError):
     """The run directory cannot be resumed with this config / backend."""
 
 
+#: Keys that cannot change a nested run's numbers (``cva price``'s, the run directory): not in its config hash.
+UNHASHED = (("simulation", "pricing_paths"), ("simulation", "out_of_sample"), ("output", "dir"))
+
+
+def hashed_config(cfg) -> dict:
+    """The normalized config as JSON data, without the keys of :data:`UNHASHED` (run.json keeps it)."""
+    data = json.loads(json.dumps(cfg.to_dict(), default=str))
+    for section, key in UNHASHED:
+        data.get(section, {}).pop(key, None)
+    return data
+
+
 def config_hash(cfg) -> str:
-    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """The hash of :func:`hashed_config`: equal for configs that give a run the same numbers."""
+    return hashlib.sha256(json.dumps(hashed_config(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _changed_keys(old, new, key="") -> list[str]:
+    """The dotted keys at which two configs of :func:`hashed_config` differ, with the values where short."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [k for name in sorted(old.keys() | new.keys(), key=str)
+                for k in _changed_keys(old.get(name), new.get(name), f"{key}.{name}" if key else str(name))]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [k for i, (a, b) in enumerate(zip(old, new, strict=True)) for k in _changed_keys(a, b, f"{key}[{i}]")]
+    if old == new:
+        return []
+    scalar = not isinstance(old, (dict, list)) and not isinstance(new, (dict, list))
+    return [f"{key} (was {json.dumps(old)}, now {json.dumps(new)})" if scalar else key]
 
 
 def _atomic_write(path: Path, write):
@@ -303,9 +327,11 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     config : path to a YAML file, a dict or a :class:`cva.config.Config`.
     out : run directory (default ``output.dir`` of the config, else ``reports/<run.name>``).
     backend : "auto" | "cpu" | "gpu" (default ``run.backend``); ``auto`` says which it took.
-    resume : continue the run in ``out`` from its last finished chunk (same config, chunk size,
-        backend and dtype); the result is bitwise the uninterrupted one.
-    chunk : outer paths per chunk (default ``simulation.chunk``, else from free memory).
+    resume : continue the run in ``out`` from its last finished chunk (same config but for the keys of
+        :data:`UNHASHED`, chunk size, backend and dtype; else a :class:`ResumeError` names what changed); the
+        result is bitwise the uninterrupted one.
+    chunk : outer paths per chunk, >= 2 (default ``simulation.chunk``, else with ``resume`` the interrupted
+        run's, else from free memory).
     progress : a bar over the chunks on a terminal, else a log line per chunk.
     log : callable for the log lines (default: print to stderr).
     """
@@ -319,19 +345,21 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     counterparty = Counterparty.from_config(cp_cfg, model.rate)
     plan = build_plan(cfg)
     dtype = np.dtype(cfg.run.dtype)
+    if chunk is not None and int(chunk) < 2:
+        raise ValueError(f"chunk must be >= 2, got {chunk}")
     out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}")
-    if resume and not (chunk or cfg.simulation.chunk) and (out_dir / "run.json").exists():
-        chunk = json.loads((out_dir / "run.json").read_text()).get("chunk")       # the interrupted run's
-    chunk = int(chunk or cfg.simulation.chunk or chunk_size(plan, model.d, dtype.itemsize, xp))
+    old = _read_manifest(out_dir / "run.json") if resume else None
+    chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")                # the interrupted run's
+                or chunk_size(plan, model.d, dtype.itemsize, xp))
     L = plan.outer_paths
     n_chunks = -(-L // chunk)
     manifest = {"config_hash": config_hash(cfg), "chunk": chunk, "outer_paths": L, "chunks": n_chunks,
-                "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name}
+                "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": hashed_config(cfg)}
     chunk_dir = out_dir / "chunks"
     stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
     parts = []
     if resume:
-        parts, stats, timings = _resume(out_dir, manifest, plan, timings)
+        parts, stats, timings = _resume(out_dir, old, manifest, plan, timings)
         log(f"resuming {out_dir}: {len(parts)} of {n_chunks} chunks done")
     else:
         chunk_dir.mkdir(parents=True, exist_ok=True)
@@ -347,7 +375,14 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             l0 = i * chunk
             Lc = min(chunk, L - l0)
             t0 = time.perf_counter()
-            P = chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings)
+            try:
+                P = chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings)
+            except MemoryError as exc:
+                need = bytes_per_outer_path(plan, model.d, dtype.itemsize) * Lc / 2**30
+                fix = "simulation.inner_paths" + ("" if Lc <= 2 else " or the chunk (--chunk, simulation.chunk)")
+                raise MemoryError(f"out of memory in chunk {i + 1} of {n_chunks} ({Lc} outer x {plan.inner_paths} "
+                                  f"inner paths, about {need:,.1f} GiB by the chunk estimate): {exc}; lower {fix}"
+                                  ) from exc
             t_io = time.perf_counter()
             _save_chunk(chunk_dir / f"chunk_{i:05d}.npz", P, stats, timings)
             timings["io"] += time.perf_counter() - t_io
@@ -365,15 +400,31 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                          device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
 
 
-def _resume(out_dir, manifest, plan, timings):
-    path = out_dir / "run.json"
+def _read_manifest(path) -> dict:
+    """The run.json of an interrupted run; a :class:`ResumeError` if it is missing or unreadable."""
     if not path.exists():
         raise ResumeError(f"cannot resume: {path} does not exist (run without --resume first)")
-    old = json.loads(path.read_text())
-    diff = [k for k in manifest if old.get(k) != manifest[k]]
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:                       # a directory, not UTF-8, not JSON
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ResumeError(f"cannot resume: {path} is unreadable ({why}); run without --resume") from None
+    chunk = old.get("chunk") if isinstance(old, dict) else None
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        raise ResumeError(f"cannot resume: {path} is unreadable (not the manifest of a run); run without --resume")
+    return old
+
+
+def _resume(out_dir, old, manifest, plan, timings):
+    keys = []
+    if old.get("config_hash") != manifest["config_hash"] and isinstance(old.get("config"), dict):
+        keys = _changed_keys(old["config"], manifest["config"])
+    said = ("config", "config_hash", "outer_paths", "chunks", "dtype") if keys else ("config",)   # by the keys
+    diff = [f"the config changed at {', '.join(keys)}"] if keys else []
+    diff += [f"{k} was {old.get(k)!r}, now {manifest[k]!r}" for k in manifest
+             if k not in said and old.get(k) != manifest[k]]
     if diff:
-        raise ResumeError("cannot resume " + str(out_dir) + ": " + ", ".join(
-            f"{k} was {old.get(k)!r}, now {manifest[k]!r}" for k in diff))
+        raise ResumeError(f"cannot resume {out_dir}: " + "; ".join(diff) + " (run without --resume to start over)")
     parts, meta = [], None
     (out_dir / "chunks").mkdir(parents=True, exist_ok=True)
     for i in range(manifest["chunks"]):

@@ -44,6 +44,7 @@ _ROUNDS = 10
 _U32 = 1 << 32
 DATE_LIMIT = 1 << 16          # k occupies the high 16 bits of counter word 2
 GROUP_LIMIT = 1 << 16         # q >> 2 occupies the low 16 bits
+PATH_LIMIT = _U32             # outer and inner paths: start + count <= 2**32 (counter words 0 and 1)
 _CHUNK_BYTES = 16 * 2**20      # cap on the numpy path's temporaries (16 MB: cache-friendlier than 64)
 _BYTES_PER_GROUP = 320         # temporaries per Philox call of the numpy path (measured ~250 B)
 _THREADS = 256                 # CUDA block size
@@ -133,6 +134,12 @@ def philox4x32(counter, key) -> np.ndarray:
     words = [np.array(np.broadcast_to(c[..., i], shape)) for i in range(4)]     # 4 x shape, owned
     out = _philox_rounds(*words, k[..., 0], k[..., 1])
     return np.stack(out, axis=-1).astype(np.uint32)                             # shape + (4,)
+
+
+def step_limit(d: int) -> int:
+    """The most dates a simulation grid may have with ``d`` assets: its date indices k stay below
+    :data:`DATE_LIMIT` and its steps j below ``4 * GROUP_LIMIT / d`` (q >> 2 < 2**16)."""
+    return min(DATE_LIMIT, 4 * GROUP_LIMIT // d)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -146,3 +146,137 @@ def test_engine_errors_on_a_valid_config_are_one_line(tmp_path, capsys):
     assert cli_main(["run", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tenor 2" in err[0] and "Traceback" not in err[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# problems found before any work: the run directory, the --json file, the options
+
+
+RUN_YAML = """\
+run: {{name: t, seed: 3, backend: cpu}}
+market: {{spot: 100, vol: 0.2, rate: 0.02}}
+portfolio:
+  - {{style: bermudan, payoff: put, underlying: {{asset: 0}}, strike: 100, maturity: 1, exercise_dates: 2}}
+counterparty: {{recovery: 0.4, hazard_rate: 0.02}}
+simulation: {{dates: 2, outer_paths: 8, inner_paths: 8, pricing_paths: 64}}
+output: {{dir: {out}}}
+"""
+
+
+@pytest.fixture
+def run_config(tmp_path) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(RUN_YAML.format(out=tmp_path / "out"))
+    return path
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    """The engines fail the test if they are called: the problem must be found before any work."""
+    import cva.bench
+    import cva.nested
+    import cva.pricing
+
+    def called(*args, **kw):
+        raise AssertionError("the engine ran")
+
+    for module, name in ((cva.nested, "run"), (cva.pricing, "price"), (cva.bench, "bench")):
+        monkeypatch.setattr(module, name, called)
+
+
+def one_line(capsys) -> str:
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_unusable_run_directory(run_config, tmp_path, capsys, no_engine):
+    afile = tmp_path / "afile.txt"
+    afile.write_text("x")
+    assert main(["run", str(run_config), "--out", str(afile)]) == 2
+    assert one_line(capsys) == f"--out {afile}: cannot use it as the run directory: Not a directory"
+    run_config.write_text(RUN_YAML.format(out=afile / "x"))
+    assert main(["run", str(run_config)]) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"{run_config}: output.dir {afile / 'x'}: ") and line.endswith("Not a directory")
+    assert main(["run", str(run_config), "--out", ""]) == 2
+    assert "--out: must not be empty" in one_line(capsys)
+
+
+def test_json_target_checked_before_any_work(run_config, tmp_path, capsys, no_engine):
+    assert main(["price", str(run_config), "--json", str(tmp_path)]) == 2
+    assert one_line(capsys) == f"--json {tmp_path}: is a directory, not a file"
+    if Path("/proc").is_dir():                                  # a directory no one, not even root, writes in
+        assert main(["bench", str(run_config), "--json", "/proc/b.json"]) == 2
+        assert one_line(capsys).startswith("--json /proc/b.json: cannot write: ")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "{cfg}", "--bogus"], ["cva run: unrecognized arguments: --bogus", "see cva run --help"]),
+    (["run", "{cfg}", "--chunk", "1"], ["--chunk", ">= 2"]),
+    (["price", "{cfg}", "--paths", "99999999999999999999999"], ["--paths", "<= 4294967296"]),
+])
+def test_option_errors_name_the_option(argv, words, run_config, capsys, no_engine):
+    assert main([a.format(cfg=run_config) for a in argv]) == 2
+    line = one_line(capsys)
+    assert all(w in line for w in words), line
+
+
+def test_chunk_help_says_where_the_default_comes_from(capsys):
+    assert main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "simulation.chunk, else with --resume the interrupted run's, else from free memory" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# problems during the work: memory, Ctrl-C, output that cannot be written
+
+
+def test_out_of_memory_names_the_path_count(run_config, capsys, monkeypatch):
+    import numpy as np
+
+    from cva import nested
+    from cva.model import BlackScholes
+
+    def too_big(*args, **kw):
+        raise MemoryError("Unable to allocate 268. GiB for an array")
+
+    monkeypatch.setattr(BlackScholes, "sample", too_big)
+    assert main(["price", str(run_config), "--paths", "3000000000"]) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"{run_config}: ") and "3000000000 paths (--paths)" in line and "268. GiB" in line
+    assert main(["price", str(run_config)]) == 2
+    assert "64 paths (simulation.pricing_paths)" in one_line(capsys)
+
+    monkeypatch.setattr(nested, "chunk_values", too_big)
+    assert main(["run", str(run_config), "--chunk", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]                                         # after the run's log line
+    assert line.startswith(f"{run_config}: out of memory")
+    assert "4 outer x 8 inner paths" in line and "simulation.inner_paths" in line and "--chunk" in line
+    assert np.isfinite(float(line.split("about ")[1].split(" GiB")[0]))
+
+
+def test_interrupt_hint_repeats_the_options(run_config, tmp_path, capsys, monkeypatch):
+    from cva import nested
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(nested, "run", interrupted)
+    out = tmp_path / "my out"
+    assert main(["run", str(run_config), "--out", str(out), "--backend", "cpu", "--chunk", "4"]) == 130
+    err = capsys.readouterr().err
+    assert f"cva run {run_config} --out '{out}' --resume --backend cpu --chunk 4" in err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_output_to_a_full_disk_is_one_line(run_config):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "cva", "validate", str(run_config)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "cva: cannot write the output: No space left on device"

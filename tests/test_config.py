@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from cva.config import Config, ConfigError, load_config, validate_config
+from cva.config import AMERICAN_DATES_PER_YEAR, Config, ConfigError, load_config, validate_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -395,3 +395,62 @@ def test_yaml_exponent_numbers(tmp_path):
                     "simulation: {outer_paths: 1e4}\nregression: {cond_max: 1e6}\n")
     cfg = load_config(path)
     assert cfg.market.spot == (100.0,) and cfg.simulation.outer_paths == 10000 and cfg.regression.cond_max == 1e6
+
+
+# ---------------------------------------------------------------------------------------------
+# limits of the random streams, the simulation grid, the run directory
+
+
+def test_path_counts_stay_within_the_random_streams():
+    """Outer, inner and pricing paths are keyed by 32-bit counters: at most rng.PATH_LIMIT each."""
+    from cva.rng import PATH_LIMIT
+
+    for key in ("outer_paths", "inner_paths", "pricing_paths"):
+        assert_problem(problems_of(minimal(simulation={key: PATH_LIMIT + 1})), f"simulation.{key}", f"<= {PATH_LIMIT}")
+        assert getattr(load_config(minimal(simulation={key: PATH_LIMIT})).simulation, key) == PATH_LIMIT
+    assert_problem(problems_of(minimal(simulation={"pricing_paths": 1e23})), "simulation.pricing_paths")
+    huge = minimal(simulation={"outer_paths": 10_000, "inner_paths": {"sqrt_outer": PATH_LIMIT / 50}})
+    assert_problem(problems_of(huge), "simulation.inner_paths", "sqrt_outer", str(PATH_LIMIT))
+
+
+@pytest.mark.parametrize("d", [1, 5])
+def test_dates_stay_within_the_random_streams(d):
+    """simulation.dates, each contract's exercise_dates and the grid of both: at most rng.step_limit(d)."""
+    from cva.rng import step_limit
+
+    limit = step_limit(d)
+    market = {"spot": [100.0] * d, "vol": 0.2}
+    berm = {"style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 100.0, "maturity": 1.0}
+    assert_problem(problems_of(minimal(market=market, simulation={"dates": limit + 1})),
+                   "simulation.dates", f"<= {limit}", f"d = {d}")
+    assert_problem(problems_of(minimal(market=market, portfolio=[{**berm, "exercise_dates": limit + 1}])),
+                   "portfolio[0].exercise_dates", f"<= {limit}")
+    american = {**berm, "style": "american", "maturity": limit / AMERICAN_DATES_PER_YEAR + 1}
+    assert_problem(problems_of(minimal(market=market, portfolio=[american])), "portfolio[0].exercise_dates",
+                   "american")
+    cfg = load_config(minimal(market=market, portfolio=[{**berm, "exercise_dates": limit}], simulation={"dates": 1}))
+    assert cfg.grid_keys()[0].size == limit
+    apart = [{**berm, "exercise_dates": limit // 2 + 1}, {**berm, "maturity": 0.7, "exercise_dates": limit // 2}]
+    assert_problem(problems_of(minimal(market=market, portfolio=apart, simulation={"dates": 3})),
+                   "simulation.dates", "grid", str(limit))
+
+
+@pytest.mark.parametrize("maturity, dates", [(1e-13, None), (1e-11, 100)])
+def test_exercise_dates_that_the_grid_cannot_tell_apart(maturity, dates):
+    """Exercise dates within the grid's rounding of t = 0 or of each other are refused at the maturity."""
+    short = {"style": "european" if dates is None else "bermudan", "payoff": "put", "underlying": {"asset": 0},
+             "strike": 100.0, "maturity": maturity, **({} if dates is None else {"exercise_dates": dates})}
+    long = {"style": "european", "payoff": "call", "underlying": {"asset": 0}, "strike": 100.0, "maturity": 1.0}
+    assert_problem(problems_of(minimal(portfolio=[short, long])), "portfolio[0].maturity", "too short")
+    assert validate_config(minimal(portfolio=[{**short, "maturity": 1e-6}, long])) == []
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "a\\b", "..", "  ", ""])
+def test_run_name_is_a_plain_directory_name(name):
+    assert_problem(problems_of(minimal(run={"name": name})), "run.name")
+    assert load_config(minimal(run={"name": "my run-2"})).output.dir == "reports/my run-2"
+
+
+def test_chunk_at_least_two():
+    assert_problem(problems_of(minimal(simulation={"chunk": 1})), "simulation.chunk", ">= 2")
+    assert load_config(minimal(simulation={"chunk": 2})).simulation.chunk == 2

@@ -2,6 +2,7 @@
 against direct computations."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -80,3 +81,16 @@ def test_epe_and_eepe_by_hand():
 def test_cds_curve_that_no_hazard_reprices_is_an_error():
     with pytest.raises(ValueError, match=r"tenor 5.*no non-negative hazard"):
         HazardCurve.from_cds({1: 0.05, 5: 0.01}, 0.4, 0.03)
+
+
+@pytest.mark.parametrize("spread", [5.0, 10.0, 1e3])
+def test_cds_spread_too_high_for_any_hazard_is_an_error(spread):
+    """Past ~490% at half a year (recovery 0.4) the premium accrued to a default exceeds the protection: no
+    hazard reprices the spread; the bracket must say so instead of bisecting NaNs (S underflows to 0)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"counterparty\.cds_spreads: .*tenor 0\.5 is too high"):
+            HazardCurve.from_cds({0.5: spread}, 0.4, 0.05)
+        high = HazardCurve.from_cds({0.5: 4.0}, 0.4, 0.05)                      # still matched: a large hazard
+    assert np.isfinite(high.rates).all() and high.rates[0] > 1
+    assert abs(_cds_value(high, 0.5, 4.0, 0.4, 0.05)) < 1e-9

@@ -4,6 +4,7 @@ per-set least squares by LAPACK for the batched regressions."""
 
 import math
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -236,3 +237,19 @@ def test_condition_sample_is_timed_apart_from_the_solve(rng, monkeypatch):
     assert all(c.shape == (8,) for c in res.conditions)
     assert timings["conditions"] >= dates * pause
     assert timings["solve"] < dates * pause / 2 and timings["assembly"] < dates * pause / 2
+
+
+def test_condition_of_a_singular_regression_is_inf_without_a_warning():
+    """A regression matrix with a zero eigenvalue (a regressor that is zero on every path, e.g. the payoff
+    column without itm_only where no path is in the money) has condition inf, without numpy's warning."""
+    model = BlackScholes(spot=[100.0], vol=0.2, dividend=0.0, rate=0.03, correlation=0.0)
+    put = Contract(style="bermudan", payoff="put", underlying="asset", asset=0, strike=1.0, maturity=1.0,
+                   n_exercise=3)
+    times = put.exercise_times()
+    S = model.sample(np.concatenate([[0.0], times]), 64, seed=1, purpose="price", outer=(0, 2))  # (2, 64, 3, 1)
+    psi = basis.make_basis("linear", model.spot, payoff_regressor=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = longstaff_schwartz(S, times, put.payoff_value, psi, model.rate, itm_only=False, condition_sample=2)
+    assert all(np.isinf(c).all() for c in res.conditions[:-1] if c is not None)
+    assert res.conditions[0].shape == (2,)

@@ -206,3 +206,59 @@ def test_steps_is_a_view_for_consecutive_dates_and_a_copy_otherwise():
         got = nested._steps(S, idx)
         np.testing.assert_array_equal(got, S[:, :, idx])
         assert np.shares_memory(got, S) == view
+
+
+@pytest.mark.parametrize("content", ["garbage{", "[1,2]", '{"chunk": "x"}', None])
+def test_resume_with_an_unreadable_run_json(tmp_path, capsys, content):
+    """A corrupt run.json (not JSON, not a manifest, a directory) is named, not blamed on the config."""
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_small(tmp_path, "bad")))
+    manifest = tmp_path / "bad" / "run.json"
+    manifest.parent.mkdir()
+    if content is None:
+        manifest.mkdir()
+    else:
+        manifest.write_text(content)
+    assert main(["run", str(path), "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    assert err[0].startswith(f"cannot resume: {manifest} is unreadable (") and err[0].endswith("run without --resume")
+
+
+def test_resume_names_the_changed_keys_and_ignores_pricing_keys(tmp_path, monkeypatch):
+    cfg = _small(tmp_path, "keys")
+    cfg["simulation"]["outer_paths"] = 200
+    original = nested.chunk_values
+    calls = {"n": 0}
+
+    def interrupted(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(*args, **kw)
+
+    monkeypatch.setattr(nested, "chunk_values", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cva.run(cfg, chunk=100, progress=False)
+    monkeypatch.setattr(nested, "chunk_values", original)
+    changed = {**cfg, "run": {**cfg["run"], "seed": 12}, "portfolio": [{**cfg["portfolio"][0], "strike": 90.0},
+                                                                         cfg["portfolio"][1]]}
+    with pytest.raises(nested.ResumeError) as info:
+        cva.run(changed, resume=True, progress=False)
+    msg = str(info.value)
+    assert "run.seed (was 11, now 12)" in msg and "portfolio[0].strike (was 100.0, now 90.0)" in msg
+    assert "config_hash" not in msg
+    pricing = {**cfg, "simulation": {**cfg["simulation"], "pricing_paths": 5, "out_of_sample": True},
+               "output": {"dir": str(tmp_path / "elsewhere")}}
+    resumed = cva.run(pricing, out=tmp_path / "keys", resume=True, progress=False)
+    full = cva.run(_small(tmp_path, "keys_full") | {"simulation": cfg["simulation"]}, chunk=100, progress=False)
+    np.testing.assert_array_equal(resumed.values, full.values)
+
+
+def test_chunk_of_one_path_is_refused(tmp_path):
+    """simulation.chunk and --chunk are >= 2: a chunk of one path rounds the basket's average otherwise."""
+    with pytest.raises(ValueError, match="chunk must be >= 2"):
+        cva.run(_small(tmp_path, "one"), chunk=1, progress=False)
+    assert not (tmp_path / "one").exists()
