@@ -493,3 +493,68 @@ def test_block_hz_twin(rng, dtype):
     assert (np.diff(ratio, axis=1) <= 0).all()
     ref = scipy.linalg.eigh(A64[0], B64[0], eigvals_only=True)[::-1]
     assert np.abs(ratio[0] - ref).max() <= bound * ref[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# scale: F and G by powers of 10 near the ends of the range
+
+
+def _ldexp(X, e):
+    """X 2^e in complex128 (exact)."""
+    X = _hi(X)
+    return np.ldexp(X.real, e) + 1j * np.ldexp(X.imag, e)
+
+
+def _exponent(X):
+    """e with max |entry| = f 2^e, f in [0.5, 1)."""
+    return int(np.frexp(np.abs(_hi(X)).max())[1])
+
+
+def _scaled_reference(F, G):
+    """alpha, beta of (F, G) from LAPACK on the pencil of (F 2^-ef, G 2^-eg) (exact scalings), descending:
+    alpha / beta = rho = 2^(ef - eg) sqrt(lambda), alpha = rho / hypot(rho, 1), beta = 1 / hypot(rho, 1)."""
+    ef, eg = _exponent(F), _exponent(G)
+    Fs, Gs = _ldexp(F, -ef), _ldexp(G, -eg)
+    lam = scipy.linalg.eigh(Fs.conj().T @ Fs, Gs.conj().T @ Gs, eigvals_only=True)[::-1]
+    rho = np.ldexp(np.sqrt(lam), ef - eg)
+    return rho / np.hypot(rho, 1), 1 / np.hypot(rho, 1)
+
+
+@pytest.mark.parametrize("dtype, sf, sg", [
+    (np.float64, 1e200, 1e200), (np.float64, 1e-155, 1e-155), (np.float64, 1e154, 1.0), (np.float64, 1.0, 1e200),
+    (np.float64, 1e-300, 1e-300), (np.complex128, 1e300, 1e300), (np.complex128, 3e307, 3e307),
+    (np.float32, 1e19, 1e19), (np.float32, 1e-19, 1e-19), (np.float32, 1e30, 1.0), (np.float32, 1.0, 1e-30),
+])
+def test_scaled_pairs(rng, dtype, sf, sg):
+    """(F sf, G sg): alpha all 0 for sf = sg = 1e200 or 1e-155, beta NaN with converged True for (1e154, 1),
+    'did not converge' for (1, 1e200), likewise in float32 (review finding). alpha and beta to c n eps
+    relative against LAPACK on the exactly rescaled pair (G well conditioned), the identities with Z and
+    X scaled by powers of 2 (exact) so that F and G are of order 1."""
+    n = 6
+    F = (_randn(rng, (n + 2, n), dtype) * dtype(sf)).astype(dtype)
+    G = (_well_conditioned(rng, n + 1, n) * dtype(sg)).astype(dtype)
+    U, V, Z, alpha, beta, X, info = gsvd(F, G, True, return_info=True)
+    assert info["converged"] and (alpha > 0).all() and (beta > 0).all()
+    a, b = _scaled_reference(F, G)
+    bound = C * n * eps(dtype) * 10
+    assert np.abs(alpha / a - 1).max() <= bound and np.abs(beta / b - 1).max() <= bound, (alpha, a, beta, b)
+    # F Z = U diag(alpha), F = U diag(alpha) X; with F = 2^e F': F' (Z 2^e) = U diag(alpha) = F' (X 2^-e)^-1
+    cz = np.linalg.cond(_hi(Z))
+    for M, W, s in ((F, U, alpha), (G, V, beta)):
+        e = _exponent(M)
+        Ms, Zs, Xs, Ws = _ldexp(M, -e), _ldexp(Z, e), _ldexp(X, -e), _hi(W) * s
+        assert np.linalg.norm(Ms @ Zs - Ws) <= bound * np.linalg.norm(Ms, 2) * np.linalg.norm(Zs, 2)
+        assert np.linalg.norm(Ms - Ws @ Xs) <= bound * cz * np.linalg.norm(Ms)
+    assert _orth_err(U) <= bound and _orth_err(V) <= bound
+
+
+@pytest.mark.parametrize("dtype, sf, sg", [(np.float64, 1e300, 1e-300), (np.float64, 1e-310, 1e-310),
+                                           (np.float32, 1e30, 1e-30)])
+def test_unrepresentable_pairs(rng, dtype, sf, sg):
+    """alpha / beta of about 1e600 (beta underflows) or Z of about 1e310: a clear OverflowError, not a wrong
+    answer or NaN with converged True."""
+    n = 4
+    F = (_randn(rng, (n + 2, n), dtype) * dtype(sf)).astype(dtype)
+    G = (_well_conditioned(rng, n + 1, n) * dtype(sg)).astype(dtype)
+    with pytest.raises(OverflowError, match="not representable"):
+        gsvd(F, G)

@@ -378,3 +378,68 @@ def test_block_hyperbolic_twin(rng, dtype):
         assert (np.diff(d[i][pos]) <= 0).all() and (np.diff(d[i][~pos]) >= 0).all()
         ev = np.sort(np.linalg.eigvals(s[i][:, None] * A64[i]).real)      # J A ~ J V^-T diag(d) V^-1
         assert np.abs(ev - np.sort(d[i] * s[i])).max() <= C * K * eps(dtype) * np.abs(ev).max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hyperbolic_svd_entries_at_the_top_binade(rng, dtype):
+    """max |g_ij| >= 2^(maxexp - 1): the scaling power 2^maxexp overflowed (review finding). A 1 x 1 keeps
+    its entry exactly; a random G with a dominant entry satisfies the identities scaled by 2^-(maxexp - 1)."""
+    fi = np.finfo(dtype)
+    e = fi.maxexp - 1
+    U, sigma, V = hyperbolic_svd(np.array([[fi.max]], dtype), [1])
+    assert sigma[0] == fi.max and U[0, 0] == V[0, 0] == 1
+    B = 0.05 * rng.standard_normal((6, 4)) + np.eye(6, 4) * rng.uniform(0.5, 1, 4)
+    B[0, 0] = 1.5                                                       # ||B||_2 < 2: sigma representable
+    G = np.ldexp(B.astype(dtype), e)
+    J = _signature(rng, 4, "mixed")
+    U, sigma, V = hyperbolic_svd(G, J)
+    check_hsvd(np.ldexp(G, -e), J, U, np.ldexp(sigma, -e), V)
+
+
+def _check_scaled_eigh(M, w, U, e, c=C):
+    """eigh_indefinite's (w, U) of M against LAPACK on M 2^-e (exact), w to c n eps plus a spacing of the
+    dtype's subnormals (2^(minexp - nmant)); U by its residual with the reference eigenvalues."""
+    n = M.shape[0]
+    fi = np.finfo(M.dtype)
+    Ms = np.ldexp(M.astype(np.float64), -e)
+    ref = np.linalg.eigvalsh(Ms)
+    norm = np.abs(ref).max()
+    assert w.dtype == U.dtype == M.dtype and np.isfinite(w).all() and np.isfinite(U).all()
+    spacing = np.ldexp(1.0, fi.minexp - fi.nmant - e)
+    assert np.abs(np.ldexp(w.astype(np.float64), -e) - ref).max() <= c * n * eps(M.dtype) * norm + 2 * n * spacing
+    U64 = U.astype(np.float64)
+    assert _orth_err(U) <= c * n * eps(M.dtype)
+    assert np.linalg.norm(Ms @ U64 - U64 * ref, 2) <= c * n * eps(M.dtype) * norm + 2 * n * spacing
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eigh_indefinite_subnormal_input(rng, dtype):
+    """M of subnormal entries: the 2x2 pivots of Bunch-Parlett overflowed (IndexError) or G came out infinite
+    ('G must be finite'), in about a third of random M (review finding). The review's two matrices, and ten
+    random M with 20 significant bits left, against LAPACK on M scaled back (exact)."""
+    fi = np.finfo(dtype)
+    M4 = np.array([[0, 1, 2, 1], [1, 0, 3, 2], [2, 3, 0, 1], [1, 2, 1, 0.0]])
+    M3 = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [2.0, 3.0, -1.0]])
+    e = fi.minexp - (fi.nmant - 20)                                     # 2^e: 20 bits above the subnormal floor
+    cases = [np.ldexp(M4.astype(dtype), e), np.ldexp(M3.astype(dtype), e)]
+    for _ in range(10):
+        X = rng.standard_normal((5, 5))
+        cases.append(np.ldexp(((X + X.T) / 2).astype(dtype), e))
+    for M in cases:
+        w, U = eigh_indefinite(M)
+        _check_scaled_eigh(M, w, U, e)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eigh_indefinite_eigenvalues_near_overflow(rng, dtype):
+    """Entries of 2^(maxexp - 2), eigenvalues below the largest number: against LAPACK scaled back; an
+    eigenvalue beyond it is a clear OverflowError."""
+    fi = np.finfo(dtype)
+    e = fi.maxexp - 2
+    X = rng.standard_normal((5, 5))
+    S = (X + X.T) / 2
+    M = np.ldexp((S / np.abs(np.linalg.eigvalsh(S)).max()).astype(dtype), e)   # |eigenvalues| <= 2^e
+    w, U = eigh_indefinite(M)
+    _check_scaled_eigh(M, w, U, e)
+    with pytest.raises(OverflowError, match="eigenvalues of M overflow"):
+        eigh_indefinite(np.full((3, 3), fi.max / 2, dtype))

@@ -234,3 +234,18 @@ def test_not_symmetric(rng, dtype):
 def test_bad_tol(tol):
     with pytest.raises(ValueError, match="tol must be a number in"):
         gjgt(np.eye(3), tol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("side", ["subnormal", "huge"])
+def test_extreme_scales(rng, dtype, side):
+    """M of subnormal entries broke the 2x2 pivots (an IndexError on the NaN they made; review finding);
+    M near the largest number must not overflow either. M 2^-2k = G' J G'^T with G' = G 2^-k (exact),
+    checked as the unscaled identity, for ten random M."""
+    fi = np.finfo(dtype)
+    k = (fi.minexp - (fi.nmant - 20)) // 2 if side == "subnormal" else (fi.maxexp - 4) // 2
+    for _ in range(10):
+        M = np.ldexp(_random_symmetric(rng, 6, dtype), 2 * k)
+        G, J, info = gjgt(M)
+        assert np.isfinite(G).all()
+        check_factor(np.ldexp(M, -2 * k), np.ldexp(G, -k), J, info)

@@ -329,10 +329,12 @@ def test_not_symmetric_names_the_worst_entry(rng):
 @pytest.mark.parametrize("kwargs, words", [
     ({"ordering": "chess"}, "ordering must be one of"),
     ({"ordering": None}, "ordering must be one of"),
-    ({"tol": 0.0}, "tol must be a positive"),
-    ({"tol": -1e-8}, "tol must be a positive"),
-    ({"tol": float("nan")}, "tol must be a positive"),
-    ({"tol": "1e-8"}, "tol must be a positive"),
+    ({"tol": 0.0}, r"tol must be a number in \(0, 1\)"),
+    ({"tol": -1e-8}, r"tol must be a number in \(0, 1\)"),
+    ({"tol": float("nan")}, r"tol must be a number in \(0, 1\)"),
+    ({"tol": "1e-8"}, r"tol must be a number in \(0, 1\)"),
+    ({"tol": 1.0}, r"tol must be a number in \(0, 1\)"),
+    ({"tol": 1e6}, r"tol must be a number in \(0, 1\)"),
     ({"max_sweeps": 0}, "max_sweeps must be a positive integer"),
     ({"max_sweeps": 2.5}, "max_sweeps must be a positive integer"),
     ({"max_sweeps": True}, "max_sweeps must be a positive integer"),
@@ -401,3 +403,42 @@ def test_entries_near_the_overflow_threshold():
     np.testing.assert_allclose(w, [-1e200, 1e200], rtol=1e-14)
     w, _ = jacobi_eigh(np.array([[1.0, 1e160, 0], [1e160, 0, 0], [0, 0, 1]]))
     np.testing.assert_allclose(w, [-1e160, 1.0, 1e160], rtol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_diagonal_differences_that_overflow(rng, dtype):
+    """Diagonal entries of +-2^(maxexp - 1) and more: a_jj - a_ii overflowed, no rotation was made and w was
+    the diagonal, with converged True (review finding). Against LAPACK on A 2^-(maxexp - 1) (exact)."""
+    n, e = 6, np.finfo(dtype).maxexp - 1
+    B = 0.1 * _random_symmetric(rng, n, np.float64) + np.diag(rng.choice([-1.0, 1.0], n) * rng.uniform(1, 1.2, n))
+    B[0, 0], B[1, 1] = 1.2, -1.2                                        # one difference overflows at least
+    A = np.ldexp(B.astype(dtype), e)                                    # entries up to 1.2 2^e (finite)
+    w, V, info = jacobi_eigh(A, return_info=True)
+    assert info.converged and info.rotations > 0
+    check_eigh(np.ldexp(A, -e), np.ldexp(w, -e), V, dtype, "scaled back")
+    A[0, 0] = A[1, 1] = np.finfo(dtype).max                             # eigenvalue above the range
+    with pytest.raises(OverflowError, match="eigenvalues of A overflow"):
+        jacobi_eigh(A)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_klt_covariance_near_overflow(rng, dtype):
+    """Data of variance 2.25 times 2^(2e), a fifth of the largest number over the largest sample variance:
+    the sums of squares of Xc^T Xc overflowed although the covariance is finite (review finding); its
+    eigenvalues against LAPACK on the exactly scaled data. Data times 2^(2e) have a covariance beyond the
+    dtype: a clear OverflowError."""
+    m, f = 20, 4
+    e = {np.float32: 62, np.float64: 510}[dtype]                       # 2^e: about 4.6e18, 3.4e153
+    X0 = (1.5 * rng.standard_normal((m, f)) + rng.uniform(-3, 3, f)).astype(dtype)
+    X = np.ldexp(X0, e)
+    Y, w, V = klt(X)
+    ep = _eps(dtype)
+    C0 = np.cov(X0.astype(np.float64), rowvar=False)
+    w_ref = np.linalg.eigvalsh(C0)
+    assert np.isfinite(w).all() and np.isfinite(Y).all()
+    assert np.abs(np.ldexp(w.astype(np.float64), -2 * e) - w_ref).max() <= C_EIG * f * ep * w_ref[-1]
+    Y0 = np.ldexp(Y.astype(np.float64), -e)
+    Xc0 = X0.astype(np.float64) - X0.astype(np.float64).mean(axis=0)
+    assert np.abs(Y0 @ V.astype(np.float64).T - Xc0).max() <= C_KLT * f * ep * np.abs(Xc0).max()
+    with pytest.raises(OverflowError, match="covariance of X overflow"):
+        klt(np.ldexp(X0, 2 * e))

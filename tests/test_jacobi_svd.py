@@ -378,3 +378,23 @@ def test_columns_too_small_to_square_are_handled():
     np.testing.assert_allclose(jacobi_svd(A, compute_uv=False), np.linalg.svd(A, compute_uv=False), rtol=1e-8)
     A = np.array([[1.0, 1e-170], [1.0, 2e-170], [1, 0]])
     np.testing.assert_allclose(jacobi_svd(A, compute_uv=False), [np.sqrt(3), np.sqrt(2) * 1e-170], rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_entries_at_the_top_binade(rng, dtype):
+    """max |a_ij| >= 2^(maxexp - 1): the scaling power 2^maxexp overflowed (a raw OverflowError in float64, an
+    infinite scale and s = 0 in float32; review finding). A 1 x 1 keeps its entry exactly; a random matrix
+    with a dominant entry matches LAPACK on A 2^-(maxexp - 1) (exact); a largest singular value beyond the
+    dtype is a clear OverflowError."""
+    fi = np.finfo(dtype)
+    e = fi.maxexp - 1
+    U, s, Vh = jacobi_svd(np.array([[fi.max]], dtype))
+    assert s[0] == fi.max and U[0, 0] == Vh[0, 0] == 1
+    B = 0.05 * rng.standard_normal((7, 4))
+    B[rng.integers(7), rng.integers(4)] = rng.choice([-1, 1]) * rng.uniform(1, 1.5)
+    A = np.ldexp(B.astype(dtype), e)                                    # ||A||_2 < 1.6 2^e: representable
+    for precondition in PRECONDITION:
+        U, s, Vh = jacobi_svd(A, precondition=precondition)
+        check_svd(np.ldexp(A, -e), U, np.ldexp(s, -e), Vh)
+    with pytest.raises(OverflowError, match="largest singular value of A overflows"):
+        jacobi_svd(np.full((2, 2), fi.max, dtype))

@@ -39,7 +39,7 @@ import numpy as np
 from .._backend import get_array_module, to_host
 from .block import SIZES, block_eigh
 from .congruence import block_hyperbolic, block_hz
-from .gsvd import zero_threshold
+from .gsvd import frobenius, scaled_row_norms, zero_threshold
 from .hsvd import _output_slots
 from .orderings import round_robin
 
@@ -415,8 +415,9 @@ def hyperbolic_svd(G, sign, *, compute_v=True, tol=None, max_sweeps=60, return_i
 
 
 def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, block=BLOCK):
-    """The blocked twin of :func:`linalg_gpu.jacobi.gsvd.gsvd` for checked F, G (paper 003 section 2.3,
-    the block-oriented variant: one inner sweep per step).
+    """The blocked twin of :func:`linalg_gpu.jacobi.gsvd.gsvd` for checked F, G that it has scaled to max
+    |entry| in [0.5, 1) and whose result it scales back (paper 003 section 2.3, the block-oriented variant:
+    one inner sweep per step).
 
     Shortening (section 2): the columns sorted by the norms of G's, the rows of each matrix by their
     largest entry, then Householder QR without pivoting (cuSOLVER's): F[rF][:, c] = Q_F R_F,
@@ -442,14 +443,14 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, bl
     rF, rG = xp.argsort(-xp.abs(F).max(axis=1)), xp.argsort(-xp.abs(G).max(axis=1))
     QF, RF = xp.linalg.qr(F[rF][:, c])
     QG, RG = xp.linalg.qr(G[rG][:, c])
+    gn = scaled_row_norms(RG.T, xp)                                                 # Z_0 = diag(1 / ||g_j||)
     # column j numerically in the span of the columns before it: |r_jj| <= n eps ||g_j||
-    if bool((xp.abs(xp.diagonal(RG)) <= n * np.finfo(dt).eps * xp.linalg.norm(RG, axis=0)).any()):
+    if bool((xp.abs(xp.diagonal(RG)) <= n * np.finfo(dt).eps * gn).any()):
         raise np.linalg.LinAlgError("G is not of full column rank (numerically): the GSVD needs B = G^T G "
                                     "positive definite")
     npad = _pad(n, block)
     N, K = n + npad, 2 * block
     nb, k = N // block, N // K
-    gn = xp.linalg.norm(RG, axis=0)                                                 # Z_0 = diag(1 / ||g_j||)
     XFGZ = xp.zeros((N, n + N + N), dtype=dt)                                       # [F^T | G^T | Z^T] rows
     XFGZ[:n, :n] = RF.T / gn[:, None]
     XFGZ[:n, n:2 * n] = RG.T / gn[:, None]
@@ -492,13 +493,13 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, bl
         raise np.linalg.LinAlgError("gsvd produced non-finite values: G is not of full column rank (numerically)")
     real = xp.flatnonzero(xp.abs(XFGZ[:, n + N + n:]).max(axis=1) == 0) if npad else xp.arange(N)
     WF, WG, WZ = XFGZ[real, :n], XFGZ[real, n:2 * n], XFGZ[real, n + N:n + N + n]
-    sF, sG = xp.linalg.norm(WF, axis=1), xp.linalg.norm(WG, axis=1)                # Sigma_F, Sigma_G
+    sF, sG = scaled_row_norms(WF, xp), scaled_row_norms(WG, xp)                    # Sigma_F, Sigma_G
     theta = 1 / xp.hypot(sF, sG)
     alpha, beta = sF * theta, sG * theta
     order = xp.argsort(-(alpha / beta))
     alpha, beta, sF, sG, theta = alpha[order], beta[order], sF[order], sG[order], theta[order]
     WF, WG, WZ = WF[order], WG[order], WZ[order]
-    nz = zero_threshold(sF, WZ, float(xp.linalg.norm(RF)), xp)
+    nz = zero_threshold(sF, WZ, frobenius(RF, xp), xp)
     alpha = xp.where(nz, alpha, 0)
     Us = xp.zeros((n, n), dtype=dt)
     Us[:, nz] = (WF[nz] / sF[nz, None]).T

@@ -44,7 +44,7 @@ import numpy as np
 from .._backend import get_array_module, is_cupy_array
 from .hsvd import _check_full_rank, _check_matrix, _check_options
 from .orderings import modified_modulus
-from .svd import _apply_q, _complete, _householder_qrcp, _row_norms, _transform_pairs
+from .svd import _apply_q, _complete, _exponent, _householder_qrcp, _row_norms, _transform_pairs
 
 __all__ = ["gsvd", "hz_transform"]
 
@@ -223,12 +223,25 @@ def _unshorten(Xs, m, rows_refl):
     return out
 
 
+def scaled_row_norms(X, xp):
+    """The 2-norms of the rows of X (real or complex, nonempty rows) without under- or overflow: each row
+    divided by its largest |entry| first."""
+    mx = xp.abs(X).max(axis=1)
+    safe = xp.where(mx > 0, mx, 1)
+    return mx * xp.linalg.norm(X / safe[:, None], axis=1)
+
+
+def frobenius(X, xp):
+    """||X||_F without under- or overflow."""
+    return scaled_row_norms(X.reshape(1, -1), xp)[0]
+
+
 def zero_threshold(sF, WZ, fnorm, xp):
     """Which alphas are nonzero: ||F z_j|| above the rounding of the product F z_j, n eps ||F||_F ||z_j||
-    (z_j: row j of WZ, unscaled like sF). Below it F is rank deficient in the direction z_j. (With
-    ||F Z||_F in place of ||F||_F the bound grew with the largest alpha / beta: float32 64 x 64 Gaussian
-    pairs lost alphas up to 0.048 of a nonsingular F, about one pair in 27.)"""
-    return sF > sF.shape[0] * np.finfo(WZ.dtype).eps * fnorm * xp.linalg.norm(WZ, axis=1)
+    (z_j: row j of WZ, unscaled like sF; fnorm = ||F||_F by ``frobenius``). Below it F is rank deficient in
+    the direction z_j. (With ||F Z||_F in place of ||F||_F the bound grew with the largest alpha / beta:
+    float32 64 x 64 Gaussian pairs lost alphas up to 0.048 of a nonsingular F, about one pair in 27.)"""
+    return sF > sF.shape[0] * np.finfo(WZ.dtype).eps * fnorm * scaled_row_norms(WZ, xp)
 
 
 def _finish(WF, WG, WZ, fnorm, return_x):
@@ -250,6 +263,55 @@ def _finish(WF, WG, WZ, fnorm, return_x):
     Z = WZ.T * theta
     X = np.linalg.solve(Z, np.eye(len(order), dtype=Z.dtype)) if return_x else None
     return U, V, Z, alpha, beta, X
+
+
+def _gsvd_np(F, G, return_x, tol, max_sweeps):
+    """The pointwise GSVD of checked numpy F, G (n >= 1): (U, V, Z, alpha, beta, X or None, info)."""
+    n = F.shape[1]
+    dt = F.dtype
+    _check_full_rank(G, "the GSVD needs B = G^T G positive definite")
+    Fs, Gs, cols, qF, qG = _shorten(F, G)
+    WF, WG = np.ascontiguousarray(Fs.T), np.ascontiguousarray(Gs.T)      # (n, n) rows = columns
+    fnorm = frobenius(Fs, np)
+    WZ = np.eye(n, dtype=dt)
+    gnorm = _row_norms(WG)                                               # Z_0 = diag(1 / ||g_j||)
+    WF /= gnorm[:, None]
+    WG /= gnorm[:, None]
+    WZ /= gnorm[:, None]
+    sweeps, converged, total, big = _hari_zimmermann(WF, WG, WZ, np.finfo(dt).dtype.type(tol), max_sweeps)
+    Us, Vs, Zs, alpha, beta, Xs = _finish(WF, WG, WZ, fnorm, return_x)
+    U, V = _unshorten(Us, F.shape[0], qF), _unshorten(Vs, G.shape[0], qG)
+    Z = np.empty_like(Zs)
+    Z[cols] = Zs                                                         # Z = P'' Z''
+    X = None
+    if return_x:
+        X = np.empty_like(Xs)
+        X[:, cols] = Xs                                                  # X = Z^-1 = X'' P''^T
+    info = {"sweeps": sweeps, "converged": converged, "transformations": total, "big": big, "tol": tol}
+    return U, V, Z, alpha, beta, X, info
+
+
+def _ldexp(X, e, xp):
+    """X 2^e, real or complex, e an integer or an integer array broadcasting against X: exact where the
+    result is normal."""
+    if X.dtype.kind != "c":
+        return xp.ldexp(X, e)
+    return (xp.ldexp(X.real, e) + 1j * xp.ldexp(X.imag, e)).astype(X.dtype)
+
+
+def _unscale(alpha, beta, Z, X, ef, eg, xp):
+    """The GSVD of (2^ef F, 2^eg G) from (alpha, beta, Z, X) of (F, G): column j of Z times
+    c_j = 1 / hypot(2^ef alpha_j, 2^eg beta_j), alpha_j and beta_j times 2^ef c_j and 2^eg c_j, row j of
+    X = Z^-1 times 1 / c_j (U and V do not change). The exponent k_j of the larger of 2^ef alpha_j,
+    2^eg beta_j is taken out first, so that only what the result cannot represent over- or underflows."""
+    ka, kb = xp.frexp(alpha)[1] + ef, xp.frexp(beta)[1] + eg            # beta > 0; alpha may be 0
+    k = xp.where(alpha > 0, xp.maximum(ka, kb), kb)
+    a, b = xp.ldexp(alpha, ef - k), xp.ldexp(beta, eg - k)               # the larger of the two in [0.5, 1)
+    h = xp.hypot(a, b)
+    with np.errstate(over="ignore", under="ignore"):
+        Z = _ldexp(Z / h, -k, xp)
+        X = None if X is None else _ldexp(X * h[:, None], k[:, None], xp)
+    return a / h, b / h, Z, X
 
 
 def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
@@ -291,6 +353,14 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
         Not 2-D, different column counts, fewer rows than columns, NaN/Inf, bad options.
     numpy.linalg.LinAlgError
         G not of full column rank (numerically); no convergence (unless ``return_info``).
+    OverflowError
+        The result is not representable in the dtype: some beta underflows (alpha / beta beyond its
+        range), or Z or X overflows.
+
+    Notes
+    -----
+    F and G are scaled apart by powers of 2 (exact) to entries of at most 1 before the iteration, so that
+    their Gram entries neither over- nor underflow; alpha, beta, Z and X are scaled back (``_unscale``).
 
     References
     ----------
@@ -298,44 +368,38 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
        the GPUs" (paper 003), sections 2.1.1, 2.1.2, 2.3-2.5.
     """
     _check_options(tol, max_sweeps)
-    if is_cupy_array(F) or is_cupy_array(G):
-        import cupy as cp
-
-        from . import blocked
-
-        F, G = _check_pair(F, G, cp)
-        return blocked.gsvd(F, G, return_x, tol=tol, max_sweeps=max_sweeps, return_info=return_info)
-    F, G = _check_pair(F, G, np)
+    gpu = is_cupy_array(F) or is_cupy_array(G)
+    if gpu:
+        import cupy as xp
+    else:
+        xp = np
+    F, G = _check_pair(F, G, xp)
     n = F.shape[1]
     dt = F.dtype
-    tol = float(np.finfo(dt).eps) * math.sqrt(max(n, 1)) if tol is None else float(tol)
-    if n == 0:
-        e = np.zeros((0, 0), dt)
-        rdt = np.finfo(dt).dtype
-        out = (np.zeros((F.shape[0], 0), dt), np.zeros((G.shape[0], 0), dt), e, np.zeros(0, rdt), np.zeros(0, rdt))
-        out += (e,) if return_x else ()
+    ef, eg = _exponent(F), _exponent(G)
+    F, G = _ldexp(F, -ef, xp), _ldexp(G, -eg, xp)                       # max |entry| in [0.5, 1), exact
+    if gpu:
+        from . import blocked
+
+        res = blocked.gsvd(F, G, return_x, tol=tol, max_sweeps=max_sweeps, return_info=True)
+        U, V, Z, alpha, beta = res[:5]
+        X, info = (res[5] if return_x else None), res[-1]
+    elif n == 0:
+        tol = float(np.finfo(dt).eps) if tol is None else float(tol)
+        U, V, Z = np.zeros((F.shape[0], 0), dt), np.zeros((G.shape[0], 0), dt), np.zeros((0, 0), dt)
+        alpha = beta = np.zeros(0, np.finfo(dt).dtype)
+        X = Z if return_x else None
         info = {"sweeps": 0, "converged": True, "transformations": 0, "big": 0, "tol": tol}
-        return out + (info,) if return_info else out
-    _check_full_rank(G, "the GSVD needs B = G^T G positive definite")
-    Fs, Gs, cols, qF, qG = _shorten(F, G)
-    WF, WG = np.ascontiguousarray(Fs.T), np.ascontiguousarray(Gs.T)      # (n, n) rows = columns
-    fnorm = np.linalg.norm(Fs)
-    WZ = np.eye(n, dtype=dt)
-    gnorm = _row_norms(WG)                                               # Z_0 = diag(1 / ||g_j||)
-    WF /= gnorm[:, None]
-    WG /= gnorm[:, None]
-    WZ /= gnorm[:, None]
-    sweeps, converged, total, big = _hari_zimmermann(WF, WG, WZ, np.finfo(dt).dtype.type(tol), max_sweeps)
-    Us, Vs, Zs, alpha, beta, Xs = _finish(WF, WG, WZ, fnorm, return_x)
-    U, V = _unshorten(Us, F.shape[0], qF), _unshorten(Vs, G.shape[0], qG)
-    Z = np.empty_like(Zs)
-    Z[cols] = Zs                                                         # Z = P'' Z''
-    out = (U, V, Z, alpha, beta)
-    if return_x:
-        X = np.empty_like(Xs)
-        X[:, cols] = Xs                                                  # X = Z^-1 = X'' P''^T
-        out += (X,)
-    info = {"sweeps": sweeps, "converged": converged, "transformations": total, "big": big, "tol": tol}
-    if not converged and not return_info:
+    else:
+        tol = float(np.finfo(dt).eps) * math.sqrt(n) if tol is None else float(tol)
+        U, V, Z, alpha, beta, X, info = _gsvd_np(F, G, return_x, tol, max_sweeps)
+    if not info["converged"] and not return_info:
         raise np.linalg.LinAlgError(f"gsvd did not converge in max_sweeps={max_sweeps} sweeps; raise max_sweeps")
+    if not (bool(xp.isfinite(alpha).all()) and bool(xp.isfinite(beta).all()) and bool(xp.isfinite(Z).all())):
+        raise np.linalg.LinAlgError("gsvd produced non-finite values: G is not of full column rank (numerically)")
+    alpha, beta, Z, X = _unscale(alpha, beta, Z, X, ef, eg, xp)
+    if not (bool((beta > 0).all()) and bool(xp.isfinite(Z).all()) and (X is None or bool(xp.isfinite(X).all()))):
+        raise OverflowError(f"the GSVD of (F, G) is not representable in {dt}: max |F| ~ 2^{ef} and max |G| ~ 2^{eg} "
+                            "give some alpha / beta beyond its range (beta underflows) or Z or X = Z^-1 overflows")
+    out = (U, V, Z, alpha, beta) + ((X,) if return_x else ())
     return out + (info,) if return_info else out

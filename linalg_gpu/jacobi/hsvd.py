@@ -41,7 +41,7 @@ import numpy as np
 
 from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
 from .orderings import modified_modulus
-from .svd import _apply_q, _complete, _householder_qrcp, _relative_off, _row_norms, _transform_pairs
+from .svd import _apply_q, _complete, _exponent, _householder_qrcp, _relative_off, _row_norms, _transform_pairs
 
 __all__ = ["hyperbolic_svd", "eigh_indefinite"]
 
@@ -71,7 +71,7 @@ def _check_matrix(A, name, xp=None, complex_ok=False):
         check_dtype(A, name)
     if A.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {A.shape}")
-    if not bool((abs(A) <= np.finfo(A.dtype).max).all()):
+    if not bool(get_array_module(A).isfinite(A).all()):                 # (|a| overflows for finite complex a)
         raise ValueError(f"{name} must be finite: it contains NaN or Inf")
     return A
 
@@ -196,9 +196,8 @@ def _hsvd_core(G, sign, compute_v, tol, max_sweeps):
     """(U, sigma, V, info) of a finite G (m, n), m >= n, full column rank, in the output order."""
     m, n = G.shape
     dt = G.dtype
-    amax = float(np.abs(G).max())
-    scale = math.ldexp(1.0, math.frexp(amax)[1])                         # a power of 2: exact
-    G = G / dt.type(scale)
+    e = _exponent(G)
+    G = np.ldexp(G, -e)                                                  # max |g_ij| in [0.5, 1), exact
     if m > n:                                                            # shortening, section 1
         R, rows, cols, refl = _householder_qrcp(G)                       # G[rows][:, cols] = Q R
         W = np.ascontiguousarray(R.T)                                    # (n, n) rows = columns of R
@@ -227,7 +226,18 @@ def _hsvd_core(G, sign, compute_v, tol, max_sweeps):
         Z = np.empty_like(Wt)
         Z[cols] = Wt.T                                                   # rows by G's columns (G = Q R P_c^T)
         V = sign[:, None] * Z[:, pick] * sign[None, :]
-    return U, (sigma * dt.type(scale)).astype(dt), V, info
+    return U, _unscale_sigma(sigma, e), V, info
+
+
+def _unscale_sigma(sigma, e):
+    """sigma 2^e (exact where normal); OverflowError where the largest sigma is not representable."""
+    xp = get_array_module(sigma)
+    with np.errstate(over="ignore"):
+        sigma = xp.ldexp(sigma, e)
+    if not bool(xp.isfinite(sigma).all()):
+        raise OverflowError(f"the largest hyperbolic singular value of G overflows {sigma.dtype} (it is at most "
+                            f"||G||_2, here above {np.finfo(sigma.dtype).max:.4g})")
+    return sigma
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,6 +283,8 @@ def hyperbolic_svd(G, J, *, compute_v=True, tol=None, max_sweeps=60, return_info
     numpy.linalg.LinAlgError
         G not of full column rank (numerically), or no convergence (with ``return_info`` the result
         is returned instead, ``info["converged"]`` False).
+    OverflowError
+        The largest sigma is not representable in the dtype.
 
     References
     ----------
@@ -284,8 +296,10 @@ def hyperbolic_svd(G, J, *, compute_v=True, tol=None, max_sweeps=60, return_info
 
         G = _check_matrix(G, "G")
         sign = _check_signature(J, G.shape[1] if G.ndim == 2 else -1, G.dtype)
-        return blocked.hyperbolic_svd(G, sign, compute_v=compute_v, tol=tol, max_sweeps=max_sweeps,
-                                      return_info=return_info)
+        e = _exponent(G)                                                 # scaled as in _hsvd_core
+        res = blocked.hyperbolic_svd(get_array_module(G).ldexp(G, -e), sign, compute_v=compute_v, tol=tol,
+                                     max_sweeps=max_sweeps, return_info=return_info)
+        return (res[0], _unscale_sigma(res[1], e)) + tuple(res[2:])
     G = _check_matrix(G, "G", np)
     m, n = G.shape
     if m < n:
@@ -309,7 +323,9 @@ def eigh_indefinite(M, *, tol=None, max_sweeps=60, return_info=False):
 
     M = G J G^T (Bunch-Parlett with post-processing, ``indefinite.gjgt``; G of full column rank r),
     then the hyperbolic SVD G = U Sigma V^T: M = U (Sigma^2 J) U^T (paper 000, section 1). A singular
-    M (r < N) gets N - r zero eigenvalues with an orthonormal basis of its null space.
+    M (r < N) gets N - r zero eigenvalues with an orthonormal basis of its null space. M is scaled by a
+    power of 2 (exact) to max |m_ij| in [0.5, 1) first and the eigenvalues back; an eigenvalue beyond the
+    dtype's range raises OverflowError.
 
     Returns
     -------
@@ -323,12 +339,18 @@ def eigh_indefinite(M, *, tol=None, max_sweeps=60, return_info=False):
     CuPy input is factored on the host (the paper leaves a GPU indefinite factorization open) and the
     hyperbolic SVD runs on the GPU.
     """
-    from .indefinite import gjgt
+    from .indefinite import _check_matrix as _check_symmetric
+    from .indefinite import _gjgt
 
     _check_options(tol, max_sweeps)
     gpu = is_cupy_array(M)
-    G, J, finfo = gjgt(M)
-    xp = get_array_module(G)
+    xp = get_array_module(M)
+    M = _check_symmetric(M.get() if gpu else M)
+    # M scaled by a power of 2 (exact) to max |m_ij| in [0.5, 1), so that sigma^2 of its factor neither over-
+    # nor underflows (the GPU flushes subnormal float32 products to 0); the eigenvalues are scaled back
+    e = _exponent(M)
+    G, J, finfo = _gjgt(np.ldexp(M, -e), None)
+    G, J = xp.asarray(G), xp.asarray(J)
     n, r = G.shape
     dt = G.dtype
     if r == 0:
@@ -336,8 +358,11 @@ def eigh_indefinite(M, *, tol=None, max_sweeps=60, return_info=False):
     else:
         res = hyperbolic_svd(G, J, compute_v=False, tol=tol, max_sweeps=max_sweeps, return_info=True)
         Ur, sigma, info = res
-        Jx = xp.asarray(J)
-        w = xp.concatenate([sigma * sigma * Jx, xp.zeros(n - r, dtype=dt)])
+        with np.errstate(over="ignore"):
+            w = xp.concatenate([xp.ldexp(sigma * sigma * J, e), xp.zeros(n - r, dtype=dt)])
+        if not bool(xp.isfinite(w).all()):
+            raise OverflowError(f"the eigenvalues of M overflow {dt}: the largest |eigenvalue| is above "
+                                f"{np.finfo(dt).max:.4g}")
         U = Ur if r == n else xp.asarray(_complete(Ur.get() if gpu else Ur, n))
         order = xp.argsort(w)
         w, U = w[order], U[:, order]

@@ -250,12 +250,20 @@ def gjgt(M, *, tol=None):
         xp = get_array_module(M)
         G, J, info = gjgt(M.get(), tol=tol)
         return xp.asarray(G), xp.asarray(J), info
-    M = _check_matrix(M)
+    return _gjgt(_check_matrix(M), tol)
+
+
+def _gjgt(M, tol):
+    """:func:`gjgt` of a checked numpy M."""
     n = M.shape[0]
     tol = n * float(np.finfo(M.dtype).eps) if tol is None else float(tol)
-    A = np.tril(M) + np.tril(M, -1).T                                    # (n, n) exactly symmetric work copy
+    # M scaled by 4^-k (exact) to max |m_ij| in [0.25, 1), so that no pivot, multiplier or square root
+    # over- or underflows (subnormal M broke the pivoting); then G = 2^k G' for M' = G' J G'^T
+    k = (math.frexp(float(np.abs(M).max()) if n else 0.0)[1] + 1) // 2
+    A = np.ldexp(np.tril(M) + np.tril(M, -1).T, -2 * k)                  # (n, n) exactly symmetric work copy
     perm, pivots, d, growth = _bunch_parlett(A, tol) if n else (np.arange(0), [], [], 1.0)
     G, J = _post_process(A, perm, pivots, d)
+    G = np.ldexp(G, k)
     order = np.argsort(J < 0, kind="stable")                             # (r,) +1 first, stable
     info = {"rank": int(G.shape[1]), "pivots": pivots, "growth": float(growth)}
     return np.ascontiguousarray(G[:, order]), J[order], info

@@ -25,6 +25,7 @@ import numpy as np
 
 from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
 from .orderings import ORDERINGS, sweep
+from .svd import _exponent
 
 __all__ = ["jacobi_eigh", "klt", "JacobiInfo"]
 
@@ -69,8 +70,8 @@ def _check_options(ordering, tol, max_sweeps, dtype):
         raise ValueError(f"max_sweeps must be a positive integer, got {max_sweeps!r}")
     if tol is None:
         return _default_tol(dtype)
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not math.isfinite(tol) or tol <= 0:
-        raise ValueError(f"tol must be a positive finite number (or None for eps of the dtype), got {tol!r}")
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not math.isfinite(tol) or not 0 < tol < 1:
+        raise ValueError(f"tol must be a number in (0, 1) (or None for eps of the dtype), got {tol!r}")
     return float(tol)
 
 
@@ -218,7 +219,9 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
     Veselic), or, where a_ii a_jj == 0, when |a_ij| > tol * ||A||_F. The iteration stops after
     the first sweep that rotates nothing. The relative test is what gives positive definite
     matrices their relative accuracy: eigenvalues of a graded matrix D B D are found to about
-    n eps cond(B) relative error, however wide the range of D.
+    n eps cond(B) relative error, however wide the range of D. A is scaled by a power of 2 first
+    (exact), to max |a_ij| in [0.5, 1), and the eigenvalues back, so that no difference a_jj - a_ii
+    or rotated entry overflows.
 
     numpy input runs the numpy code here (the twin of the kernels). cupy input is checked here
     (shape, dtype, finite, symmetric) and then handed to ``linalg_gpu.jacobi.blocked.jacobi_eigh``
@@ -233,7 +236,7 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
     ordering : {"round_robin", "modified_modulus", "row_cyclic"}, default "round_robin"
         Pivot ordering of a sweep: the chess tournament of paper 004 (eq. 7) by default;
         see :mod:`linalg_gpu.jacobi.orderings`. The GPU path uses ``"round_robin"`` only.
-    tol : float, optional
+    tol : float in (0, 1), optional
         Rotation threshold, relative as above. Default ``eps`` of the dtype (2.2e-16 for
         float64, 1.2e-7 for float32): one rotation already makes rounding errors of eps relative
         to the same scale sqrt(|a_ii a_jj|), so a smaller tol buys no accuracy, while n eps
@@ -262,11 +265,13 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
     ------
     ValueError
         A not 2-D, not square, empty, not finite or not symmetric; an unknown ``ordering``;
-        ``tol`` not positive; ``max_sweeps`` not a positive integer.
+        ``tol`` not in (0, 1); ``max_sweeps`` not a positive integer.
     TypeError
         A complex (not supported yet), integer, bool or another non-float dtype.
     numpy.linalg.LinAlgError
         No convergence in ``max_sweeps`` sweeps (without ``return_info``).
+    OverflowError
+        An eigenvalue is not representable in the dtype (|eigenvalue| above its largest number).
 
     References
     ----------
@@ -297,14 +302,20 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
     _check_finite(A, "A")
     if check_symmetric:
         _check_symmetric(A, "A")
+    if gpu and ordering != "round_robin":
+        raise ValueError(f"ordering={ordering!r} is not available for cupy input; the GPU kernels "
+                         "use 'round_robin' (the chess tournament)")
+    xp = get_array_module(A)
+    # A scaled by a power of 2 (exact) to max |a_ij| in [0.5, 1) (of the lower triangle, the part used), so
+    # that neither a_jj - a_ii nor the rotated entries overflow; the eigenvalues are scaled back
+    e = _exponent(xp.tril(A))
+    A = xp.ldexp(A, -e)
     if gpu:
-        if ordering != "round_robin":
-            raise ValueError(f"ordering={ordering!r} is not available for cupy input; the GPU kernels "
-                             "use 'round_robin' (the chess tournament)")
         from . import blocked
 
-        return blocked.jacobi_eigh(A, tol=tol, max_sweeps=max_sweeps, check_symmetric=check_symmetric,
-                                   return_info=return_info)
+        res = blocked.jacobi_eigh(A, tol=tol, max_sweeps=max_sweeps, check_symmetric=check_symmetric,
+                                  return_info=return_info)
+        return (_unscale_eigenvalues(res[0], e, "A"),) + tuple(res[1:])
     n = A.shape[0]
     d, V, info = _jacobi_eigh_np(_lower_symmetric(A), sweep(n, ordering), thr, int(max_sweeps))
     if not info.converged and not return_info:
@@ -314,8 +325,19 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
             "return_info=True to get the unconverged result"
         )
     order = np.argsort(d, kind="stable")                                # ascending, as numpy.linalg.eigh
-    w, V = d[order], np.ascontiguousarray(V[:, order])
+    w, V = _unscale_eigenvalues(d[order], e, "A"), np.ascontiguousarray(V[:, order])
     return (w, V, info) if return_info else (w, V)
+
+
+def _unscale_eigenvalues(w, e, what):
+    """w 2^e (exact where normal); OverflowError where an eigenvalue of ``what`` is not representable."""
+    xp = get_array_module(w)
+    with np.errstate(over="ignore"):
+        w = xp.ldexp(w, e)
+    if not bool(xp.isfinite(w).all()):
+        raise OverflowError(f"the eigenvalues of {what} overflow {w.dtype}: the largest |eigenvalue| is above "
+                            f"{np.finfo(w.dtype).max:.4g}")
+    return w
 
 
 def klt(X, *, ordering="round_robin", tol=None, max_sweeps=60, return_info=False):
@@ -354,6 +376,8 @@ def klt(X, *, ordering="round_robin", tol=None, max_sweeps=60, return_info=False
         X complex (not supported yet), integer or another non-float dtype.
     numpy.linalg.LinAlgError
         No convergence in ``max_sweeps`` sweeps (without ``return_info``).
+    OverflowError
+        The covariance's eigenvalues (or Y) are not representable in the dtype.
 
     References
     ----------
@@ -377,10 +401,21 @@ def klt(X, *, ordering="round_robin", tol=None, max_sweeps=60, return_info=False
         raise ValueError(f"X must have at least 1 feature (column); got shape {X.shape}")
     _check_options(ordering, tol, max_sweeps, X.dtype)
     _check_finite(X, "X")
-    Xc = X - X.mean(axis=0, keepdims=True)                             # (samples, features)
+    xp = get_array_module(X)
+    # scaled by powers of 2 (exact): X to max |x| in [0.5, 1), so that the mean cannot overflow, then Xc to
+    # max |xc| in [0.5, 1), so that C neither over- nor underflows; w and Y are scaled back
+    e = _exponent(X)
+    Xc = xp.ldexp(X, -e)
+    Xc = Xc - Xc.mean(axis=0, keepdims=True)                           # (samples, features)
+    ec = _exponent(Xc)
+    Xc = xp.ldexp(Xc, -ec)
+    e += ec
     C = _lower_symmetric((Xc.T @ Xc) / (m - 1))                        # (features, features), exactly symmetric
     out = jacobi_eigh(C, ordering=ordering, tol=tol, max_sweeps=max_sweeps, check_symmetric=False,
                       return_info=return_info)
-    V = out[1]
-    Y = Xc @ V                                                         # (samples, features)
-    return (Y,) + tuple(out)
+    w = _unscale_eigenvalues(out[0], 2 * e, "the covariance of X")
+    with np.errstate(over="ignore"):
+        Y = xp.ldexp(Xc @ out[1], e)                                   # (samples, features)
+    if not bool(xp.isfinite(Y).all()):
+        raise OverflowError(f"the KLT coefficients Y = Xc V of X overflow {Y.dtype}")
+    return (Y, w) + tuple(out[1:])

@@ -30,7 +30,7 @@ import numbers
 
 import numpy as np
 
-from .._backend import as_array, check_dtype, is_cupy_array
+from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
 from .orderings import ORDERINGS, sweep
 
 __all__ = ["jacobi_svd", "PRECONDITIONERS"]
@@ -130,6 +130,18 @@ def _hestenes(W, Vt, steps, tol, max_sweeps):
         if tau_max <= tangent:
             return sweep_no, True, rotations, "tangent"
     return max_sweeps, False, rotations, "max_sweeps"
+
+
+def _exponent(A):
+    """e with max |entry| (of the real and imaginary parts) = f 2^e, f in [0.5, 1); 0 for a zero or empty A
+    (numpy or cupy): A 2^-e, exact, has its largest entry in [0.5, 1) whatever the dtype's range."""
+    if A.size == 0:
+        return 0
+    xp = get_array_module(A)
+    amax = float(xp.abs(A.real).max())
+    if A.dtype.kind == "c":
+        amax = max(amax, float(xp.abs(A.imag).max()))
+    return math.frexp(amax)[1]
 
 
 def _row_norms(W):
@@ -256,9 +268,8 @@ def _jacobi_svd_tall(A, full_matrices, compute_uv, ordering, tol, max_sweeps, mo
     m, n = A.shape
     dt = A.dtype
     eps = float(np.finfo(dt).eps)
-    amax = float(np.abs(A).max())
-    scale = math.ldexp(1.0, math.frexp(amax)[1]) if amax > 0 else 1.0   # a power of 2: exact
-    A = A / dt.type(scale)                                               # max |a_ij| in [0.5, 1)
+    e = _exponent(A)
+    A = np.ldexp(A, -e)                                                  # max |a_ij| in [0.5, 1), exact
     if mode == "none" or (mode == "qr" and m == n):
         mode = "none"
         W = np.ascontiguousarray(A.T)                                    # (n, m) rows = columns of A
@@ -277,7 +288,8 @@ def _jacobi_svd_tall(A, full_matrices, compute_uv, ordering, tol, max_sweeps, mo
     s = sj[order]                                                        # (n,) descending
     info = {"sweeps": sweeps, "converged": converged, "rotations": rotations, "ordering": ordering,
             "off_norm": _relative_off(W, sj), "tol": tol, "precondition": mode, "stop": stop}
-    s_out = (s * dt.type(scale)).astype(dt)
+    with np.errstate(over="ignore"):
+        s_out = np.ldexp(s, e)                                           # inf where not representable
     if not compute_uv:
         return None, s_out, None, info
     W, Vt = W[order], Vt[order]                                          # sorted rows
@@ -375,6 +387,8 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin
     numpy.linalg.LinAlgError
         No convergence in ``max_sweeps`` sweeps (with ``return_info`` the result is returned
         instead, with ``info["converged"]`` False).
+    OverflowError
+        The largest singular value is not representable in the dtype (||A||_2 above its largest number).
 
     Notes
     -----
@@ -436,6 +450,8 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin
         U, s, V, info = _jacobi_svd_tall(A, full_matrices, compute_uv, ordering, tol, max_sweeps, mode)
     else:                                                                 # A^T = V s U^T
         V, s, U, info = _jacobi_svd_tall(A.T, full_matrices, compute_uv, ordering, tol, max_sweeps, mode)
+    if np.isposinf(s).any():                                              # A was scaled by a power of 2
+        raise OverflowError(f"the largest singular value of A overflows {dt}: ||A||_2 > {np.finfo(dt).max:.4g}")
     # backstops for dynamic ranges the sums of squares of eq. 8 cannot represent (columns more than
     # ~1e150 apart in float64, ~1e19 in float32): never a silent NaN or a false "converged"
     if not (np.all(np.isfinite(s)) and (not compute_uv or (np.all(np.isfinite(U)) and np.all(np.isfinite(V))))):
