@@ -41,7 +41,16 @@ import numpy as np
 
 from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
 from .orderings import modified_modulus
-from .svd import _apply_q, _complete, _exponent, _householder_qrcp, _relative_off, _row_norms, _transform_pairs
+from .svd import (
+    _apply_q,
+    _complete,
+    _exponent,
+    _householder_qrcp,
+    _ldexp_finite,
+    _relative_off,
+    _row_norms,
+    _transform_pairs,
+)
 
 __all__ = ["hyperbolic_svd", "eigh_indefinite"]
 
@@ -231,13 +240,8 @@ def _hsvd_core(G, sign, compute_v, tol, max_sweeps):
 
 def _unscale_sigma(sigma, e):
     """sigma 2^e (exact where normal); OverflowError where the largest sigma is not representable."""
-    xp = get_array_module(sigma)
-    with np.errstate(over="ignore"):
-        sigma = xp.ldexp(sigma, e)
-    if not bool(xp.isfinite(sigma).all()):
-        raise OverflowError(f"the largest hyperbolic singular value of G overflows {sigma.dtype} (it is at most "
-                            f"||G||_2, here above {np.finfo(sigma.dtype).max:.4g})")
-    return sigma
+    return _ldexp_finite(sigma, e, f"the largest hyperbolic singular value of G overflows {sigma.dtype} (it is at "
+                                   f"most ||G||_2, here above {np.finfo(sigma.dtype).max:.4g})")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import numpy as np
 
 from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
 from .orderings import ORDERINGS, sweep
-from .svd import _exponent
+from .svd import _exponent, _ldexp_finite
 
 __all__ = ["jacobi_eigh", "klt", "JacobiInfo"]
 
@@ -331,13 +331,8 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
 
 def _unscale_eigenvalues(w, e, what):
     """w 2^e (exact where normal); OverflowError where an eigenvalue of ``what`` is not representable."""
-    xp = get_array_module(w)
-    with np.errstate(over="ignore"):
-        w = xp.ldexp(w, e)
-    if not bool(xp.isfinite(w).all()):
-        raise OverflowError(f"the eigenvalues of {what} overflow {w.dtype}: the largest |eigenvalue| is above "
-                            f"{np.finfo(w.dtype).max:.4g}")
-    return w
+    return _ldexp_finite(w, e, f"the eigenvalues of {what} overflow {w.dtype}: the largest |eigenvalue| is above "
+                               f"{np.finfo(w.dtype).max:.4g}")
 
 
 def klt(X, *, ordering="round_robin", tol=None, max_sweeps=60, return_info=False):

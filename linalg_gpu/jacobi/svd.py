@@ -144,6 +144,17 @@ def _exponent(A):
     return math.frexp(amax)[1]
 
 
+def _ldexp_finite(x, e, overflow_message):
+    """x 2^e (numpy or cupy; exact where normal); ``OverflowError(overflow_message)`` where a value is not
+    representable in the dtype."""
+    xp = get_array_module(x)
+    with np.errstate(over="ignore"):
+        x = xp.ldexp(x, e)
+    if not bool(xp.isfinite(x).all()):
+        raise OverflowError(overflow_message)
+    return x
+
+
 def _row_norms(W):
     """Euclidean norms of the rows of W, scaled per row so that tiny rows do not underflow."""
     mx = np.abs(W).max(axis=1) if W.shape[1] else np.zeros(W.shape[0], np.abs(W).dtype)   # (n,)
