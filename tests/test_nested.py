@@ -85,21 +85,26 @@ def test_same_seed_same_numbers_and_chunk_invariance(tmp_path):
     assert not np.array_equal(cva.run(other, progress=False).values, a.values)
 
 
-def test_resume_after_interruption_is_bitwise_the_uninterrupted_run(tmp_path, monkeypatch):
-    full = cva.run(_small(tmp_path, "full"), chunk=100, progress=False)
+def _interrupted_run(monkeypatch, cfg, chunk, at_chunk):
+    """Run ``cfg`` and interrupt it (KeyboardInterrupt) as chunk ``at_chunk`` (1-based) starts."""
     calls = {"n": 0}
     original = nested.chunk_values
 
     def interrupted(*args, **kw):
         calls["n"] += 1
-        if calls["n"] == 4:
+        if calls["n"] == at_chunk:
             raise KeyboardInterrupt
         return original(*args, **kw)
 
     monkeypatch.setattr(nested, "chunk_values", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        cva.run(_small(tmp_path, "part"), chunk=100, progress=False)
+        cva.run(cfg, chunk=chunk, progress=False)
     monkeypatch.setattr(nested, "chunk_values", original)
+
+
+def test_resume_after_interruption_is_bitwise_the_uninterrupted_run(tmp_path, monkeypatch):
+    full = cva.run(_small(tmp_path, "full"), chunk=100, progress=False)
+    _interrupted_run(monkeypatch, _small(tmp_path, "part"), 100, 4)
     assert len(list((tmp_path / "part" / "chunks").glob("chunk_*.npz"))) == 3
     resumed = cva.run(_small(tmp_path, "part"), chunk=100, resume=True, progress=False)
     np.testing.assert_array_equal(resumed.values, full.values)
@@ -177,19 +182,7 @@ def test_chunk_invariance_with_fallback_solves(tmp_path):
 
 def test_resume_takes_the_chunk_of_the_interrupted_run(tmp_path, monkeypatch):
     cfg = _small(tmp_path, "rc")
-    calls = {"n": 0}
-    original = nested.chunk_values
-
-    def interrupted(*args, **kw):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return original(*args, **kw)
-
-    monkeypatch.setattr(nested, "chunk_values", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        cva.run(cfg, chunk=150, progress=False)
-    monkeypatch.setattr(nested, "chunk_values", original)
+    _interrupted_run(monkeypatch, cfg, 150, 2)
     (tmp_path / "rc" / "chunks" / "chunk_00000.npz").write_bytes(b"corrupt")      # e.g. after an OS crash
     resumed = cva.run(cfg, resume=True, progress=False)                            # no chunk given
     full = cva.run(_small(tmp_path, "rc_full"), chunk=150, progress=False)
@@ -230,19 +223,7 @@ def test_resume_with_an_unreadable_run_json(tmp_path, capsys, content):
 def test_resume_names_the_changed_keys_and_ignores_pricing_keys(tmp_path, monkeypatch):
     cfg = _small(tmp_path, "keys")
     cfg["simulation"]["outer_paths"] = 200
-    original = nested.chunk_values
-    calls = {"n": 0}
-
-    def interrupted(*args, **kw):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return original(*args, **kw)
-
-    monkeypatch.setattr(nested, "chunk_values", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        cva.run(cfg, chunk=100, progress=False)
-    monkeypatch.setattr(nested, "chunk_values", original)
+    _interrupted_run(monkeypatch, cfg, 100, 2)
     changed = {**cfg, "run": {**cfg["run"], "seed": 12}, "portfolio": [{**cfg["portfolio"][0], "strike": 90.0},
                                                                          cfg["portfolio"][1]]}
     with pytest.raises(nested.ResumeError) as info:
