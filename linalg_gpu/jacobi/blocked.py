@@ -39,9 +39,10 @@ import numpy as np
 from .._backend import get_array_module, to_host
 from .block import SIZES, block_eigh
 from .congruence import block_hyperbolic, block_hz
-from .gsvd import frobenius, scaled_row_norms, zero_threshold
+from .gsvd import frobenius, zero_threshold
 from .hsvd import _output_slots
 from .orderings import round_robin
+from .svd import _row_norms
 
 BLOCK = 32
 # The inner Jacobi's sweeps per outer step (paper 000's block-oriented variant runs one, the
@@ -443,7 +444,7 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, bl
     rF, rG = xp.argsort(-xp.abs(F).max(axis=1)), xp.argsort(-xp.abs(G).max(axis=1))
     QF, RF = xp.linalg.qr(F[rF][:, c])
     QG, RG = xp.linalg.qr(G[rG][:, c])
-    gn = scaled_row_norms(RG.T, xp)                                                 # Z_0 = diag(1 / ||g_j||)
+    gn = _row_norms(RG.T)                                                           # Z_0 = diag(1 / ||g_j||)
     # column j numerically in the span of the columns before it: |r_jj| <= n eps ||g_j||
     if bool((xp.abs(xp.diagonal(RG)) <= n * np.finfo(dt).eps * gn).any()):
         raise np.linalg.LinAlgError("G is not of full column rank (numerically): the GSVD needs B = G^T G "
@@ -493,13 +494,13 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, bl
         raise np.linalg.LinAlgError("gsvd produced non-finite values: G is not of full column rank (numerically)")
     real = xp.flatnonzero(xp.abs(XFGZ[:, n + N + n:]).max(axis=1) == 0) if npad else xp.arange(N)
     WF, WG, WZ = XFGZ[real, :n], XFGZ[real, n:2 * n], XFGZ[real, n + N:n + N + n]
-    sF, sG = scaled_row_norms(WF, xp), scaled_row_norms(WG, xp)                    # Sigma_F, Sigma_G
+    sF, sG = _row_norms(WF), _row_norms(WG)                                        # Sigma_F, Sigma_G
     theta = 1 / xp.hypot(sF, sG)
     alpha, beta = sF * theta, sG * theta
     order = xp.argsort(-(alpha / beta))
     alpha, beta, sF, sG, theta = alpha[order], beta[order], sF[order], sG[order], theta[order]
     WF, WG, WZ = WF[order], WG[order], WZ[order]
-    nz = zero_threshold(sF, WZ, frobenius(RF, xp), xp)
+    nz = zero_threshold(sF, WZ, frobenius(RF), xp)
     alpha = xp.where(nz, alpha, 0)
     Us = xp.zeros((n, n), dtype=dt)
     Us[:, nz] = (WF[nz] / sF[nz, None]).T

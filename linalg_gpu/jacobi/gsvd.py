@@ -223,17 +223,9 @@ def _unshorten(Xs, m, rows_refl):
     return out
 
 
-def scaled_row_norms(X, xp):
-    """The 2-norms of the rows of X (real or complex, nonempty rows) without under- or overflow: each row
-    divided by its largest |entry| first."""
-    mx = xp.abs(X).max(axis=1)
-    safe = xp.where(mx > 0, mx, 1)
-    return mx * xp.linalg.norm(X / safe[:, None], axis=1)
-
-
-def frobenius(X, xp):
-    """||X||_F without under- or overflow."""
-    return scaled_row_norms(X.reshape(1, -1), xp)[0]
+def frobenius(X):
+    """||X||_F without under- or overflow (numpy or cupy)."""
+    return _row_norms(X.reshape(1, -1))[0]
 
 
 def zero_threshold(sF, WZ, fnorm, xp):
@@ -241,7 +233,7 @@ def zero_threshold(sF, WZ, fnorm, xp):
     (z_j: row j of WZ, unscaled like sF; fnorm = ||F||_F by ``frobenius``). Below it F is rank deficient in
     the direction z_j. (With ||F Z||_F in place of ||F||_F the bound grew with the largest alpha / beta:
     float32 64 x 64 Gaussian pairs lost alphas up to 0.048 of a nonsingular F, about one pair in 27.)"""
-    return sF > sF.shape[0] * np.finfo(WZ.dtype).eps * fnorm * scaled_row_norms(WZ, xp)
+    return sF > sF.shape[0] * np.finfo(WZ.dtype).eps * fnorm * _row_norms(WZ)
 
 
 def _finish(WF, WG, WZ, fnorm, return_x):
@@ -272,7 +264,7 @@ def _gsvd_np(F, G, return_x, tol, max_sweeps):
     _check_full_rank(G, "the GSVD needs B = G^T G positive definite")
     Fs, Gs, cols, qF, qG = _shorten(F, G)
     WF, WG = np.ascontiguousarray(Fs.T), np.ascontiguousarray(Gs.T)      # (n, n) rows = columns
-    fnorm = frobenius(Fs, np)
+    fnorm = frobenius(Fs)
     WZ = np.eye(n, dtype=dt)
     gnorm = _row_norms(WG)                                               # Z_0 = diag(1 / ||g_j||)
     WF /= gnorm[:, None]

@@ -156,10 +156,12 @@ def _ldexp_finite(x, e, overflow_message):
 
 
 def _row_norms(W):
-    """Euclidean norms of the rows of W, scaled per row so that tiny rows do not underflow."""
-    mx = np.abs(W).max(axis=1) if W.shape[1] else np.zeros(W.shape[0], np.abs(W).dtype)   # (n,)
-    safe = np.where(mx > 0, mx, 1).astype(mx.dtype)
-    return mx * np.sqrt((np.abs(W / safe[:, None]) ** 2).sum(axis=1))
+    """Euclidean norms of the rows of W (numpy or cupy, real or complex), scaled per row so that tiny rows
+    do not underflow and huge ones do not overflow."""
+    xp = get_array_module(W)
+    mx = xp.abs(W).max(axis=1) if W.shape[1] else xp.zeros(W.shape[0], xp.abs(W).dtype)   # (n,)
+    safe = xp.where(mx > 0, mx, 1).astype(mx.dtype)
+    return mx * xp.sqrt((xp.abs(W / safe[:, None]) ** 2).sum(axis=1))
 
 
 def _relative_off(W, s):
