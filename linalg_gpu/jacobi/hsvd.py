@@ -362,11 +362,9 @@ def eigh_indefinite(M, *, tol=None, max_sweeps=60, return_info=False):
     else:
         res = hyperbolic_svd(G, J, compute_v=False, tol=tol, max_sweeps=max_sweeps, return_info=True)
         Ur, sigma, info = res
-        with np.errstate(over="ignore"):
-            w = xp.concatenate([xp.ldexp(sigma * sigma * J, e), xp.zeros(n - r, dtype=dt)])
-        if not bool(xp.isfinite(w).all()):
-            raise OverflowError(f"the eigenvalues of M overflow {dt}: the largest |eigenvalue| is above "
-                                f"{np.finfo(dt).max:.4g}")
+        w = _ldexp_finite(sigma * sigma * J, e, f"the eigenvalues of M overflow {dt}: the largest |eigenvalue| "
+                                                f"is above {np.finfo(dt).max:.4g}")
+        w = xp.concatenate([w, xp.zeros(n - r, dtype=dt)])
         U = Ur if r == n else xp.asarray(_complete(Ur.get() if gpu else Ur, n))
         order = xp.argsort(w)
         w, U = w[order], U[:, order]
