@@ -11,9 +11,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# `make run`: the quickstart CVA on the default backend (auto: the GPU if CuPy finds one, else the CPU).
+# `make run`: the quickstart CVA on the default backend (auto: the GPU if CuPy finds one, else the CPU); it
+# replaces the report of an earlier `make run` in reports/quickstart.
 run: $(VENV)/.installed
-	$(VENV)/bin/cva run configs/quickstart.yaml
+	$(VENV)/bin/cva run configs/quickstart.yaml --overwrite
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check linalg_gpu cva tests benchmarks

@@ -16,11 +16,12 @@ def price(config, backend=None, paths=None, out_of_sample=None):
     return _price(config, backend=backend, paths=paths, out_of_sample=out_of_sample)
 
 
-def run(config, out=None, backend=None, resume=False, chunk=None, progress=True):
-    """The nested Monte Carlo CVA of ``config``; see :func:`cva.nested.run`."""
+def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, **options):
+    """The nested Monte Carlo CVA of ``config``; see :func:`cva.nested.run` (``overwrite``, ``keep_chunks``,
+    ``log``)."""
     from cva.nested import run as _run
 
-    return _run(config, out=out, backend=backend, resume=resume, chunk=chunk, progress=progress)
+    return _run(config, out=out, backend=backend, resume=resume, chunk=chunk, progress=progress, **options)
 
 
 __all__ = ["price", "run"]

@@ -86,6 +86,10 @@ def _build_parser() -> _Parser:
                    help="the run directory (default: output.dir, else reports/<run.name>)")
     p.add_argument("--backend", choices=("auto", "cpu", "gpu"), help="override run.backend")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in the run directory")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the earlier run in a non-empty run directory (its files only)")
+    p.add_argument("--keep-chunks", action="store_true",
+                   help="keep the chunk files (per-path values) after the run is complete")
     p.add_argument("--chunk", type=_chunk, metavar="N",
                    help="outer paths per chunk, >= 2 (default: simulation.chunk, else with --resume the "
                         "interrupted run's, else from free memory)")
@@ -164,11 +168,15 @@ def _cmd_run(args) -> int:
     backend = args.backend or config.run.backend
     _check_backend(backend, args, config)
     _check_run_dir(args, config)
-    from cva.nested import ResumeError, run
+    from cva.nested import run
+    from cva.rundir import RunDirectoryError
 
+    if args.resume and args.overwrite:
+        raise _UsageError("cva run: --resume and --overwrite exclude each other (see cva run --help)")
     try:
-        result = run(config, out=args.out, backend=backend, resume=args.resume, chunk=args.chunk)
-    except ResumeError as exc:
+        result = run(config, out=args.out, backend=backend, resume=args.resume, chunk=args.chunk,
+                     overwrite=args.overwrite, keep_chunks=args.keep_chunks)
+    except RunDirectoryError as exc:
         raise _UsageError(str(exc)) from None
     except KeyboardInterrupt:
         again = ["cva", "run", args.config, "--out", args.out or config.output.dir, "--resume"]

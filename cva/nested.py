@@ -20,9 +20,7 @@ chosen for a path's regressions, and a resumed run is bitwise the uninterrupted 
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 import linalg_gpu as lg
-from cva import basis, measures
+from cva import basis, measures, rundir
 from cva.analytic import black_scholes_array
 from cva.backend import resolve_backend
 from cva.config import grid_key, load_config
@@ -40,13 +38,14 @@ from cva.credit import Counterparty
 from cva.lsm import StageClock, longstaff_schwartz
 from cva.model import BlackScholes
 from cva.products import Contract
+from cva.rundir import ResumeError, RunDirectoryError  # noqa: F401  (re-exported)
 from linalg_gpu._backend import to_host as _host
 
 STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions", "solve", "exercise", "statistics",
           "io")
-COND_SAMPLE = 256          # regression matrices per (contract, date) of the first chunk whose condition number is
-                           # computed (cuSOLVER's syevj on 256 matrices per call was ~40% of the assembly stage when
-                           # done in every chunk of bench_cva on an H100)
+COND_SAMPLE = 256          # outer paths (the first, whatever the chunking) whose regression matrices' condition
+                           # numbers are computed per (contract, date) (cuSOLVER's syevj on 256 matrices per call
+                           # was ~40% of the assembly stage when done in every chunk of bench_cva on an H100)
 CPU_CHUNK_BYTES = 256 << 20
 GPU_MEMORY_FRACTION = 0.25
 
@@ -104,7 +103,8 @@ def chunk_size(plan, d, itemsize, xp) -> int:
 
 
 class DateStats:
-    """Solver statistics per grid date (the valuation date of the inner problems)."""
+    """Solver statistics per grid date (the valuation date of the inner problems): ``regressions`` counts the
+    (contract, exercise date) regressions, each solved once per outer path (``systems``), whatever the chunks."""
 
     def __init__(self, G):
         self.rows = [{"systems": 0, "ldlt": 0, "householder_pcr": 0, "eig_truncate": 0, "none": 0,
@@ -135,7 +135,7 @@ class DateStats:
         for g, (row, cond) in enumerate(zip(state["rows"], state["cond"], strict=False)):
             mine = self.rows[g]
             for k, v in row.items():
-                mine[k] = max(mine[k], v) if k == "max_residual" else mine[k] + v
+                mine[k] = max(mine[k], v) if k in ("max_residual", "regressions") else mine[k] + v
             self.cond[g].extend(cond)
 
 
@@ -193,7 +193,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):
                     S_c, plan.grid[later], c.payoff_value, psi,
                     model.rate, t0=t, solver=solver, itm_only=sim.itm_only, memory=memory,
                     keys=[f"c{ci}:r{int(j)}" for j in later], timings=timings,
-                    condition_sample=COND_SAMPLE if l0 == 0 else 0,
+                    condition_sample=max(0, min(Lc, COND_SAMPLE - l0)),
                     regression_dtype=rdt)
                 S_c = None
                 clock.skip()                                                           # booked by the LSM
@@ -249,68 +249,6 @@ class RunResult:
     contributions: np.ndarray = field(repr=False)     # (L,) per-path CVA contributions
 
 
-class ResumeError(ValueError):
-    """The run directory cannot be resumed with this config / backend."""
-
-
-#: Keys that cannot change a nested run's numbers (``cva price``'s, the run directory): not in its config hash.
-UNHASHED = (("simulation", "pricing_paths"), ("simulation", "out_of_sample"), ("output", "dir"))
-
-
-def hashed_config(cfg) -> dict:
-    """The normalized config as JSON data, without the keys of :data:`UNHASHED` (run.json keeps it)."""
-    data = json.loads(json.dumps(cfg.to_dict(), default=str))
-    for section, key in UNHASHED:
-        data.get(section, {}).pop(key, None)
-    return data
-
-
-def config_hash(cfg) -> str:
-    """The hash of :func:`hashed_config`: equal for configs that give a run the same numbers."""
-    return hashlib.sha256(json.dumps(hashed_config(cfg), sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _changed_keys(old, new, key="") -> list[str]:
-    """The dotted keys at which two configs of :func:`hashed_config` differ, with the values where short."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [k for name in sorted(old.keys() | new.keys(), key=str)
-                for k in _changed_keys(old.get(name), new.get(name), f"{key}.{name}" if key else str(name))]
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [k for i, (a, b) in enumerate(zip(old, new, strict=True)) for k in _changed_keys(a, b, f"{key}[{i}]")]
-    if old == new:
-        return []
-    scalar = not isinstance(old, (dict, list)) and not isinstance(new, (dict, list))
-    return [f"{key} (was {json.dumps(old)}, now {json.dumps(new)})" if scalar else key]
-
-
-def _atomic_write(path: Path, write):
-    """Write through a temporary file, fsync it, rename it over ``path`` and fsync the folder."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    write(tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _save_chunk(path, P, stats, timings):
-    meta = json.dumps({"stats": stats.to_json(), "timings": timings})
-
-    def write(tmp):
-        with open(tmp, "wb") as f:
-            np.savez(f, values=P, meta=np.array(meta))
-    _atomic_write(path, write)
-
-
-def _load_chunk(path):
-    with np.load(path, allow_pickle=False) as z:
-        return z["values"], json.loads(str(z["meta"]))
-
-
 def _progress(total, initial, enabled):
     if enabled and sys.stderr.isatty():
         from tqdm import tqdm
@@ -319,25 +257,29 @@ def _progress(total, initial, enabled):
     return None
 
 
-def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, log=None) -> RunResult:
-    """Run the nested Monte Carlo CVA of ``config`` and write the run directory.
+def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, log=None, overwrite=False,
+        keep_chunks=False) -> RunResult:
+    """Run the nested Monte Carlo CVA of ``config`` and write the run directory (:mod:`cva.rundir`).
 
     Parameters
     ----------
     config : path to a YAML file, a dict or a :class:`cva.config.Config`.
     out : run directory (default ``output.dir`` of the config, else ``reports/<run.name>``).
     backend : "auto" | "cpu" | "gpu" (default ``run.backend``); ``auto`` says which it took.
-    resume : continue the run in ``out`` from its last finished chunk (same config but for the keys of
-        :data:`UNHASHED`, chunk size, backend and dtype; else a :class:`ResumeError` names what changed); the
-        result is bitwise the uninterrupted one.
+    resume : continue the run in ``out`` from its last finished chunk, or finish its report (same config but
+        for the keys of :data:`cva.rundir.UNHASHED`, chunk size, backend and dtype; else a
+        :class:`~cva.rundir.ResumeError` names what changed); the result is bitwise the uninterrupted one.
     chunk : outer paths per chunk, >= 2 (default ``simulation.chunk``, else with ``resume`` the interrupted
         run's, else from free memory).
-    progress : a bar over the chunks on a terminal, else a log line per chunk.
+    progress : a bar over the chunks on a terminal, else a log line per chunk; False prints nothing.
     log : callable for the log lines (default: print to stderr).
+    overwrite : replace the earlier run in a non-empty ``out`` (else a :class:`~cva.rundir.RunDirectoryError`).
+    keep_chunks : keep the chunk files after the run is complete (default: removed).
     """
     from cva import report
 
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if log is None:
+        log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     cfg = load_config(config)
     cp_cfg = cfg.require_counterparty()
     xp, device = resolve_backend(backend or cfg.run.backend)
@@ -348,101 +290,77 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     if chunk is not None and int(chunk) < 2:
         raise ValueError(f"chunk must be >= 2, got {chunk}")
     out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}")
-    old = _read_manifest(out_dir / "run.json") if resume else None
-    chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")                # the interrupted run's
-                or chunk_size(plan, model.d, dtype.itemsize, xp))
-    L = plan.outer_paths
-    n_chunks = -(-L // chunk)
-    manifest = {"config_hash": config_hash(cfg), "chunk": chunk, "outer_paths": L, "chunks": n_chunks,
-                "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": hashed_config(cfg)}
-    chunk_dir = out_dir / "chunks"
-    stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
-    parts = []
-    if resume:
-        parts, stats, timings = _resume(out_dir, old, manifest, plan, timings)
-        log(f"resuming {out_dir}: {len(parts)} of {n_chunks} chunks done")
-    else:
-        chunk_dir.mkdir(parents=True, exist_ok=True)
-        for old in list(chunk_dir.glob("chunk_*.npz")) + [out_dir / f for f in report.OUTPUTS]:
-            old.unlink(missing_ok=True)                                   # nothing of an older run stays
-        _atomic_write(out_dir / "run.json", lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
-    log(f"cva run {cfg.run.name}: backend {device}; {L} outer x {plan.inner_paths} inner paths, "
-        f"{len(plan.grid)} grid dates, {n_chunks} chunk(s) of {chunk}")
-    t_start = time.perf_counter()
-    bar = _progress(n_chunks, len(parts), progress)
-    try:
-        for i in range(len(parts), n_chunks):
-            l0 = i * chunk
-            Lc = min(chunk, L - l0)
-            t0 = time.perf_counter()
-            try:
-                P = chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings)
-            except MemoryError as exc:
-                need = bytes_per_outer_path(plan, model.d, dtype.itemsize) * Lc / 2**30
-                fix = "simulation.inner_paths" + ("" if Lc <= 2 else " or the chunk (--chunk, simulation.chunk)")
-                raise MemoryError(f"out of memory in chunk {i + 1} of {n_chunks} ({Lc} outer x {plan.inner_paths} "
-                                  f"inner paths, about {need:,.1f} GiB by the chunk estimate): {exc}; lower {fix}"
-                                  ) from exc
-            t_io = time.perf_counter()
-            _save_chunk(chunk_dir / f"chunk_{i:05d}.npz", P, stats, timings)
-            timings["io"] += time.perf_counter() - t_io
-            parts.append(P)
-            if bar is not None:
-                bar.update(1)
-            elif progress:
-                log(f"chunk {i + 1}/{n_chunks}: outer paths {l0}..{l0 + Lc - 1} in {time.perf_counter() - t0:.2f} s")
-    finally:
-        if bar is not None:
-            bar.close()
-    elapsed = time.perf_counter() - t_start
-    values = np.concatenate(parts, axis=0)                                               # (L, K)
-    return report.finish(cfg, plan, model, counterparty, values, stats, timings, out_dir,
-                         device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
-
-
-def _read_manifest(path) -> dict:
-    """The run.json of an interrupted run; a :class:`ResumeError` if it is missing or unreadable."""
-    if not path.exists():
-        raise ResumeError(f"cannot resume: {path} does not exist (run without --resume first)")
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:                       # a directory, not UTF-8, not JSON
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ResumeError(f"cannot resume: {path} is unreadable ({why}); run without --resume") from None
-    chunk = old.get("chunk") if isinstance(old, dict) else None
-    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
-        raise ResumeError(f"cannot resume: {path} is unreadable (not the manifest of a run); run without --resume")
-    return old
-
-
-def _resume(out_dir, old, manifest, plan, timings):
-    keys = []
-    if old.get("config_hash") != manifest["config_hash"] and isinstance(old.get("config"), dict):
-        keys = _changed_keys(old["config"], manifest["config"])
-    said = ("config", "config_hash", "outer_paths", "chunks", "dtype") if keys else ("config",)   # by the keys
-    diff = [f"the config changed at {', '.join(keys)}"] if keys else []
-    diff += [f"{k} was {old.get(k)!r}, now {manifest[k]!r}" for k in manifest
-             if k not in said and old.get(k) != manifest[k]]
-    if diff:
-        raise ResumeError(f"cannot resume {out_dir}: " + "; ".join(diff) + " (run without --resume to start over)")
-    parts, meta = [], None
-    (out_dir / "chunks").mkdir(parents=True, exist_ok=True)
-    for i in range(manifest["chunks"]):
-        f = out_dir / "chunks" / f"chunk_{i:05d}.npz"
+    if resume and not (out_dir / rundir.MANIFEST).exists():
+        rundir.read_manifest(out_dir / rundir.MANIFEST)                      # the one-line "does not exist"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with rundir.locked(out_dir):
+        old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
+        chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
+                    or chunk_size(plan, model.d, dtype.itemsize, xp))
+        L = plan.outer_paths
+        n_chunks = -(-L // chunk)
+        manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "outer_paths": L, "chunks": n_chunks,
+                    "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg)}
+        stats, timings, parts = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}, []
+        if resume:
+            rundir.check_resumable(out_dir, old, manifest)
+            if rundir.read_summary_status(out_dir) == "complete":
+                raise rundir.ResumeError(f"cannot resume {out_dir}: the run is complete (summary.json); use "
+                                         f"--overwrite to run it again")
+            for P, meta in rundir.load_chunks(out_dir, manifest):
+                parts.append(P)
+                stats.merge_json(meta["stats"])
+                _add_timings(timings, meta["timings"])
+            log(f"resuming {out_dir}: {len(parts)} of {n_chunks} chunks done")
+        else:
+            rundir.start_fresh(out_dir, report.OUTPUTS, overwrite)
+            (out_dir / rundir.CHUNKS).mkdir(exist_ok=True)
+            rundir.write_text(out_dir / rundir.MANIFEST, json.dumps(manifest, indent=2))
+        log(f"cva run {cfg.run.name}: backend {device}; {L} outer x {plan.inner_paths} inner paths, "
+            f"{len(plan.grid)} grid dates, {n_chunks} chunk(s) of {chunk}")
+        t_start = time.perf_counter()
+        bar = _progress(n_chunks, len(parts), progress)
         try:
-            P, meta_i = _load_chunk(f)
-        except FileNotFoundError:
-            break
-        except Exception:                                       # unreadable (e.g. after an OS crash): redo it
-            f.unlink(missing_ok=True)
-            break
-        parts.append(P)
-        meta = meta_i
-    if meta is None:
-        return parts, DateStats(len(plan.grid)), timings
-    stats = DateStats(len(plan.grid))
-    stats.merge_json(meta["stats"])
-    return parts, stats, dict(meta["timings"])
+            for i in range(len(parts), n_chunks):
+                l0 = i * chunk
+                Lc = min(chunk, L - l0)
+                t0 = time.perf_counter()
+                chunk_stats, chunk_timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
+                try:
+                    P = chunk_values(cfg, plan, model, xp, l0, Lc, chunk_stats, chunk_timings)
+                except MemoryError as exc:
+                    need = bytes_per_outer_path(plan, model.d, dtype.itemsize) * Lc / 2**30
+                    fix = "simulation.inner_paths" + ("" if Lc <= 2 else " or the chunk (--chunk, simulation.chunk)")
+                    raise MemoryError(f"out of memory in chunk {i + 1} of {n_chunks} ({Lc} outer x "
+                                      f"{plan.inner_paths} inner paths, about {need:,.1f} GiB by the chunk "
+                                      f"estimate): {exc}; lower {fix}") from exc
+                t_io = time.perf_counter()
+                rundir.save_chunk(out_dir, i, P, {"l0": l0, "stats": chunk_stats.to_json(),
+                                                  "timings": chunk_timings}, manifest["config_hash"])
+                chunk_timings["io"] += time.perf_counter() - t_io
+                stats.merge_json(chunk_stats.to_json())
+                _add_timings(timings, chunk_timings)
+                parts.append(P)
+                if bar is not None:
+                    bar.update(1)
+                elif progress:
+                    log(f"chunk {i + 1}/{n_chunks}: outer paths {l0}..{l0 + Lc - 1} in "
+                        f"{time.perf_counter() - t0:.2f} s")
+        finally:
+            if bar is not None:
+                bar.close()
+        elapsed = time.perf_counter() - t_start
+        values = np.concatenate(parts, axis=0)                                           # (L, K)
+        result = report.finish(cfg, plan, model, counterparty, values, stats, timings, out_dir,
+                               device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
+        if not keep_chunks:
+            rundir.remove_chunks(out_dir)
+    return result
+
+
+def _add_timings(total, part):
+    for k, v in part.items():
+        total[k] = total.get(k, 0.0) + v
 
 
 def exposures_and_cva(plan, model, counterparty, values):

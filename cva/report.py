@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cva import measures
+from cva import measures, rundir
 
 PLOTS = {
     "exposure.png": "Exposure profile: EE, ENE and the 97.5% PFE band",
@@ -195,18 +195,23 @@ def finish(cfg, plan, model, counterparty, values, stats, timings, out_dir, *, d
         "elapsed_seconds": elapsed, "runtime_seconds": dict(timings),
         "versions": _versions(), "config_hash": manifest["config_hash"], "config": cfg.to_dict(),
     }
+    summary["status"] = "complete"
+    text = json.dumps(summary, indent=2, default=_json_default, allow_nan=False) if _finite(summary) else None
+    if text is None:
+        raise ValueError(f"the run's results are not finite ({', '.join(_non_finite(summary))}): an input "
+                         f"overflows {cfg.run.dtype} (spot, strike, quantity or vol too large)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
-    prof.to_csv(out_dir / "exposures.csv", index=False)
-    solver.to_csv(out_dir / "solver_stats.csv", index=False)
+    rundir.write_text(out_dir / "exposures.csv", prof.to_csv(index=False))
+    rundir.write_text(out_dir / "solver_stats.csv", solver.to_csv(index=False))
     images = _plots(prof, solver, stats, timings)
     for name, png in images.items():
-        (out_dir / name).write_bytes(png)
+        rundir.write_bytes(out_dir / name, png)
     html = Environment(autoescape=True).from_string(TEMPLATE).render(
         s=summary, images=list(PLOTS.items()), data={k: base64.b64encode(v).decode() for k, v in images.items()},
         exposures_html=prof.to_html(index=False, float_format=lambda x: f"{x:.6g}"),
         solver_html=solver.to_html(index=False, float_format=lambda x: f"{x:.3g}"))
-    (out_dir / "report.html").write_text(html)
+    rundir.write_text(out_dir / "report.html", html)
+    rundir.write_text(out_dir / "summary.json", text)                   # last: the run is complete
     return RunResult(cva=est["cva"], stderr=est["stderr"], ci=(est["ci_low"], est["ci_high"]), exposures=prof,
                      solver_stats=solver, summary=summary, out_dir=out_dir, values=values, contributions=contrib)
 
@@ -219,3 +224,18 @@ def _json_default(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     return str(o)
+
+
+def _non_finite(data, key="") -> list[str]:
+    """The dotted keys of the non-finite floats in ``data`` (summary.json must be strict JSON)."""
+    if isinstance(data, dict):
+        return [k for name, v in data.items() for k in _non_finite(v, f"{key}.{name}" if key else str(name))]
+    if isinstance(data, (list, tuple)):
+        return [k for i, v in enumerate(data) for k in _non_finite(v, f"{key}[{i}]")]
+    if isinstance(data, (float, np.floating)) and not np.isfinite(data):
+        return [f"{key} = {data}"]
+    return []
+
+
+def _finite(data) -> bool:
+    return not _non_finite(data)

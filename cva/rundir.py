@@ -1,0 +1,234 @@
+"""The run directory of ``cva run``: its lock, its manifest (run.json), the chunk files and the
+atomic writes of every output.
+
+A run directory holds one run. A run takes an exclusive lock on ``<dir>/.lock`` (``filelock``:
+``flock`` on POSIX, released by the kernel when the process dies) for its whole life, so a second
+run into a directory in use is refused. A fresh run refuses a directory that holds anything but
+that lock unless asked to overwrite; then it removes the files of the earlier run only (the
+names below), never a file it did not write. Chunk files carry the config hash, their index and
+their first outer path, checked on resume. ``summary.json`` is written last, with
+``"status": "complete"``; until then the run is unfinished, and ``--resume`` completes it from its
+chunks, which are removed only after that (unless kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+LOCK = ".lock"
+MANIFEST = "run.json"
+CHUNKS = "chunks"
+
+#: Keys that cannot change a nested run's numbers (``cva price``'s, the run directory): not in its config hash.
+UNHASHED = (("simulation", "pricing_paths"), ("simulation", "out_of_sample"), ("output", "dir"))
+
+
+class RunDirectoryError(ValueError):
+    """The run directory cannot be used as asked (in use, not empty, a foreign chunk); one line."""
+
+
+class ResumeError(RunDirectoryError):
+    """The run directory cannot be resumed with this config / backend."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the config hash
+
+
+def hashed_config(cfg) -> dict:
+    """The normalized config as JSON data, without the keys of :data:`UNHASHED` (run.json keeps it)."""
+    data = json.loads(json.dumps(cfg.to_dict(), default=str))
+    for section, key in UNHASHED:
+        data.get(section, {}).pop(key, None)
+    return data
+
+
+def config_hash(cfg) -> str:
+    """The hash of :func:`hashed_config`: equal for configs that give a run the same numbers."""
+    return hashlib.sha256(json.dumps(hashed_config(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def changed_keys(old, new, key="") -> list[str]:
+    """The dotted keys at which two configs of :func:`hashed_config` differ, with the values where short."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [k for name in sorted(old.keys() | new.keys(), key=str)
+                for k in changed_keys(old.get(name), new.get(name), f"{key}.{name}" if key else str(name))]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [k for i, (a, b) in enumerate(zip(old, new, strict=True)) for k in changed_keys(a, b, f"{key}[{i}]")]
+    if old == new:
+        return []
+    scalar = not isinstance(old, (dict, list)) and not isinstance(new, (dict, list))
+    return [f"{key} (was {json.dumps(old)}, now {json.dumps(new)})" if scalar else key]
+
+
+# ---------------------------------------------------------------------------------------------
+# lock, fresh start, atomic writes
+
+
+@contextlib.contextmanager
+def locked(out_dir: Path):
+    """Hold the run directory's lock; a :class:`RunDirectoryError` if another run holds it."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(out_dir / LOCK), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunDirectoryError(f"{out_dir} is in use by another run (it holds {out_dir / LOCK}); wait for it "
+                                f"to finish or choose another run directory") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def earlier_run_files(out_dir: Path, outputs) -> list[Path]:
+    """The files of an earlier run in ``out_dir``: its manifest, outputs, chunks and temporary files."""
+    names = [MANIFEST, *outputs]
+    found = [out_dir / n for n in names if (out_dir / n).is_file()]
+    found += sorted((out_dir / CHUNKS).glob("chunk_*.npz")) if (out_dir / CHUNKS).is_dir() else []
+    found += [p for p in out_dir.glob("*.tmp*") if p.is_file() and p.name.split(".tmp")[0] in names]
+    return found
+
+
+def start_fresh(out_dir: Path, outputs, overwrite: bool):
+    """Refuse a non-empty run directory unless ``overwrite``; then remove the earlier run's files only."""
+    entries = sorted(p.name for p in out_dir.iterdir() if p.name != LOCK)
+    if not entries:
+        return
+    if not overwrite:
+        shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+        raise RunDirectoryError(f"{out_dir} is not empty ({shown}): use --overwrite (overwrite=True) to replace "
+                                f"the run in it, --resume to continue it, or another run directory")
+    for path in earlier_run_files(out_dir, outputs):
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        (out_dir / CHUNKS).rmdir()                                    # only if empty: nothing else is ours
+
+
+def atomic_write(path: Path, write):
+    """``write(tmp)`` a temporary file beside ``path``, fsync it and rename it over ``path``.
+
+    A failure removes the temporary file and raises an ``OSError`` whose filename is ``path``.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text(path: Path, text: str):
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_bytes(path: Path, data: bytes):
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+# ---------------------------------------------------------------------------------------------
+# manifest and chunks
+
+
+def read_manifest(path: Path) -> dict:
+    """The run.json of an interrupted run; a :class:`ResumeError` if it is missing or unreadable."""
+    if not path.exists():
+        raise ResumeError(f"cannot resume: {path} does not exist (run without --resume first)")
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:                       # a directory, not UTF-8, not JSON
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ResumeError(f"cannot resume: {path} is unreadable ({why}); run without --resume") from None
+    chunk = old.get("chunk") if isinstance(old, dict) else None
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        raise ResumeError(f"cannot resume: {path} is unreadable (not the manifest of a run); run without --resume")
+    return old
+
+
+def check_resumable(out_dir: Path, old: dict, manifest: dict):
+    """A :class:`ResumeError` naming what differs between the interrupted run's manifest and this one."""
+    keys = []
+    if old.get("config_hash") != manifest["config_hash"] and isinstance(old.get("config"), dict):
+        keys = changed_keys(old["config"], manifest["config"])
+    said = ("config", "config_hash", "outer_paths", "chunks", "dtype") if keys else ("config",)   # by the keys
+    diff = [f"the config changed at {', '.join(keys)}"] if keys else []
+    diff += [f"{k} was {old.get(k)!r}, now {manifest[k]!r}" for k in manifest
+             if k not in said and old.get(k) != manifest[k]]
+    if diff:
+        raise ResumeError(f"cannot resume {out_dir}: " + "; ".join(diff) + " (run without --resume to start over)")
+
+
+def chunk_path(out_dir: Path, index: int) -> Path:
+    return out_dir / CHUNKS / f"chunk_{index:05d}.npz"
+
+
+def save_chunk(out_dir: Path, index: int, values, meta: dict, config_hash: str):
+    """The chunk's per-path values and its own statistics, stamped with the config hash and its index."""
+    head = json.dumps({"config_hash": config_hash, "index": index, **meta})
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            np.savez(f, values=values, meta=np.array(head))
+    atomic_write(chunk_path(out_dir, index), write)
+
+
+def load_chunks(out_dir: Path, manifest: dict) -> list[tuple[np.ndarray, dict]]:
+    """The finished chunks in order, up to the first missing one; an unreadable chunk (an OS crash while it
+    was written) is removed and computed again; one of another run is refused, naming the file."""
+    done = []
+    (out_dir / CHUNKS).mkdir(parents=True, exist_ok=True)
+    for i in range(manifest["chunks"]):
+        f = chunk_path(out_dir, i)
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                values, meta = z["values"], json.loads(str(z["meta"]))
+        except FileNotFoundError:
+            break
+        except Exception:
+            f.unlink(missing_ok=True)
+            break
+        if not isinstance(meta, dict) or meta.get("config_hash") != manifest["config_hash"] or meta.get("index") != i:
+            raise ResumeError(f"cannot resume {out_dir}: {f} is not a chunk of this run (config hash "
+                              f"{meta.get('config_hash') if isinstance(meta, dict) else None!r}, index "
+                              f"{meta.get('index') if isinstance(meta, dict) else None!r}; this run: "
+                              f"{manifest['config_hash']!r}, index {i}); remove it or run without --resume")
+        rows = min(manifest["chunk"], manifest["outer_paths"] - i * manifest["chunk"])
+        if values.shape[0] != rows:
+            raise ResumeError(f"cannot resume {out_dir}: {f} holds {values.shape[0]} outer paths, this run's chunk "
+                              f"{i} has {rows}; remove it or run without --resume")
+        done.append((values, meta))
+    return done
+
+
+def remove_chunks(out_dir: Path):
+    for f in sorted((out_dir / CHUNKS).glob("chunk_*.npz")):
+        f.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        (out_dir / CHUNKS).rmdir()
+
+
+def read_summary_status(out_dir: Path):
+    """The ``status`` of the run directory's summary.json, or None where it is missing or unreadable."""
+    try:
+        return json.loads((out_dir / "summary.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -1,0 +1,199 @@
+"""The run directory cannot be corrupted: its lock, the refused overwrite, foreign chunks, failed
+writes, summary.json written last, the chunk files removed after a complete run, the sizes, and a
+condition sample that does not depend on the chunking."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import yaml
+
+import cva
+from cva import nested, report, rundir
+from cva.cli import main
+
+
+def _config(tmp_path, name, seed=11, outer=240):
+    port = [{"style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 100.0, "maturity": 1.0,
+             "exercise_dates": 4},
+            {"style": "european", "payoff": "call", "underlying": {"asset": 1}, "strike": 100.0, "maturity": 0.5,
+             "quantity": -1.0}]
+    return {"run": {"name": "t", "seed": seed, "backend": "cpu"},
+            "market": {"spot": [100.0, 95.0], "vol": [0.25, 0.3], "rate": 0.03, "correlation": 0.5},
+            "portfolio": port, "counterparty": {"recovery": 0.4, "hazard_rate": 0.03},
+            "simulation": {"dates": 4, "outer_paths": outer, "inner_paths": 48, "basis": "linear"},
+            "output": {"dir": str(tmp_path / name)}}
+
+
+def _interrupt_at(monkeypatch, target, name, at):
+    """Make ``target.name`` raise KeyboardInterrupt on its ``at``-th call (1-based)."""
+    calls = {"n": 0}
+    original = getattr(target, name)
+
+    def wrapped(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise KeyboardInterrupt
+        return original(*args, **kw)
+
+    monkeypatch.setattr(target, name, wrapped)
+    return original
+
+
+def test_a_run_directory_in_use_is_refused(tmp_path, capsys):
+    """Another process holds the directory's lock: the run is refused in one line, nothing is written."""
+    cfg = _config(tmp_path, "busy")
+    out = tmp_path / "busy"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from filelock import FileLock
+            with FileLock({str(out / rundir.LOCK)!r}):
+                print("locked", flush=True)
+                sys.stdin.read()
+            """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(rundir.RunDirectoryError, match="is in use by another run"):
+            cva.run(cfg, progress=False)
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        assert main(["run", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is in use by another run" in err[0]
+        assert sorted(p.name for p in out.iterdir()) == [rundir.LOCK]
+    finally:
+        holder.communicate("")
+    assert cva.run(cfg, progress=False).out_dir == out                  # free again once the holder is gone
+
+
+def test_a_fresh_run_into_a_non_empty_directory_needs_overwrite(tmp_path, capsys):
+    cfg = _config(tmp_path, "full")
+    first = cva.run(cfg, progress=False)
+    notes = tmp_path / "full" / "my_notes.txt"
+    notes.write_text("the user's own file")
+    with pytest.raises(rundir.RunDirectoryError, match="is not empty"):
+        cva.run(cfg, progress=False)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--overwrite" in err[0]
+    before = (tmp_path / "full" / "summary.json").read_bytes()
+    assert json.loads(before)["cva"] == first.cva                       # untouched by the refused runs
+    cfg["run"]["seed"] = 12
+    again = cva.run(cfg, progress=False, overwrite=True)
+    assert notes.read_text() == "the user's own file"                   # not ours: left alone
+    assert json.loads((tmp_path / "full" / "summary.json").read_text())["cva"] == again.cva != first.cva
+    assert main(["run", str(path), "--overwrite"]) == 0
+    assert main(["run", str(path), "--overwrite", "--resume"]) == 2
+
+
+def test_a_chunk_of_another_run_is_refused_on_resume(tmp_path, monkeypatch):
+    a, b = _config(tmp_path, "a"), _config(tmp_path, "b", seed=12)
+    original = _interrupt_at(monkeypatch, nested, "chunk_values", 3)
+    with pytest.raises(KeyboardInterrupt):
+        cva.run(a, chunk=60, progress=False)
+    monkeypatch.setattr(nested, "chunk_values", original)
+    _interrupt_at(monkeypatch, nested, "chunk_values", 3)
+    with pytest.raises(KeyboardInterrupt):
+        cva.run(b, chunk=60, progress=False)
+    monkeypatch.setattr(nested, "chunk_values", original)
+    chunk0 = rundir.chunk_path(tmp_path / "a", 0)
+    own = chunk0.read_bytes()
+    chunk0.write_bytes(rundir.chunk_path(tmp_path / "b", 0).read_bytes())        # another config's chunk
+    with pytest.raises(rundir.ResumeError, match="chunk_00000.npz is not a chunk of this run"):
+        cva.run(a, resume=True, progress=False)
+    chunk0.write_bytes(own)
+    rundir.chunk_path(tmp_path / "a", 1).write_bytes(own)                        # this run's, wrong index
+    with pytest.raises(rundir.ResumeError, match="chunk_00001.npz is not a chunk of this run"):
+        cva.run(a, resume=True, progress=False)
+
+
+def test_a_failed_write_names_the_file_and_leaves_no_temporary(tmp_path, monkeypatch, capsys):
+    cfg = _config(tmp_path, "disk")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+
+    def full_disk(*args, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    assert main(["run", str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    chunk0 = rundir.chunk_path(tmp_path / "disk", 0)
+    assert err[-1] == f"cva: cannot write {chunk0}: No space left on device"
+    assert not list((tmp_path / "disk").rglob("*.tmp*"))
+
+
+def test_summary_is_written_last_and_resume_finishes_a_cut_report(tmp_path, monkeypatch):
+    cfg = _config(tmp_path, "cut")
+    whole = cva.run(_config(tmp_path, "whole"), chunk=60, progress=False)
+    assert json.loads((tmp_path / "whole" / "summary.json").read_text())["status"] == "complete"
+    assert not (tmp_path / "whole" / rundir.CHUNKS).exists()                     # removed once complete
+    written = []
+    original = rundir.write_text
+
+    def killed_at_the_report(p, text):
+        written.append(p.name)
+        if p.name == "report.html":
+            raise KeyboardInterrupt                                              # a kill while the report is written
+        original(p, text)
+
+    monkeypatch.setattr(rundir, "write_text", killed_at_the_report)
+    with pytest.raises(KeyboardInterrupt):
+        cva.run(cfg, chunk=60, progress=False)
+    monkeypatch.setattr(rundir, "write_text", original)
+    assert "summary.json" not in written and not (tmp_path / "cut" / "summary.json").exists()
+    assert rundir.read_summary_status(tmp_path / "cut") is None                 # detectably unfinished
+    assert len(list((tmp_path / "cut" / rundir.CHUNKS).glob("chunk_*.npz"))) == 4
+    resumed = cva.run(cfg, resume=True, progress=False)
+    np.testing.assert_array_equal(resumed.values, whole.values)
+    assert resumed.solver_stats.equals(whole.solver_stats)
+    with pytest.raises(rundir.ResumeError, match="the run is complete"):
+        cva.run(cfg, resume=True, progress=False)
+
+
+def test_keep_chunks(tmp_path):
+    cva.run(_config(tmp_path, "keep"), chunk=100, progress=False, keep_chunks=True)
+    chunks = sorted((tmp_path / "keep" / rundir.CHUNKS).glob("chunk_*.npz"))
+    assert [c.name for c in chunks] == ["chunk_00000.npz", "chunk_00001.npz", "chunk_00002.npz"]
+
+
+def test_summary_json_never_holds_a_non_finite_number(tmp_path, monkeypatch):
+    """A result that overflows is an error naming it, never NaN / Infinity in summary.json."""
+    cfg = _config(tmp_path, "inf")
+    monkeypatch.setattr(nested.measures, "cva_estimate",
+                        lambda c: {"cva": float("inf"), "stderr": float("nan"), "ci_low": 0.0, "ci_high": 1.0})
+    with pytest.raises(ValueError, match=r"not finite \(cva = inf, stderr = nan"):
+        cva.run(cfg, progress=False)
+    assert not (tmp_path / "inf" / "summary.json").exists()
+
+
+def test_condition_sample_does_not_depend_on_the_chunking(tmp_path):
+    """The first nested.COND_SAMPLE outer paths give the condition sample, whatever the chunk size."""
+    cfg = _config(tmp_path, "one", outer=2 * nested.COND_SAMPLE)
+    one = cva.run(cfg, chunk=2 * nested.COND_SAMPLE, progress=False)
+    cfg["output"]["dir"] = str(tmp_path / "many")
+    many = cva.run(cfg, chunk=37, progress=False)
+    assert one.solver_stats["cond_samples"].max() > 0
+    assert one.solver_stats.equals(many.solver_stats)
+
+
+@pytest.mark.parametrize("name, limit_mb", [("quickstart", 5), ("american_put", 20)])
+def test_run_directory_size(name, limit_mb, tmp_path):
+    """The shipped configs' run directories stay small: their size does not grow with the outer paths past
+    the condition sample (the chunks are removed), so a run at 512 outer paths bounds the full one."""
+    cfg = yaml.safe_load(open(f"configs/{name}.yaml"))
+    cfg["run"]["backend"] = "cpu"
+    cfg["simulation"]["outer_paths"] = 2 * nested.COND_SAMPLE
+    cfg["simulation"]["inner_paths"] = 64
+    cfg["output"] = {"dir": str(tmp_path / name)}
+    cva.run(cfg, progress=False)
+    size = sum(p.stat().st_size for p in (tmp_path / name).rglob("*") if p.is_file())
+    assert size < limit_mb * 2**20, size
+    assert set(p.name for p in (tmp_path / name).iterdir()) == set(report.OUTPUTS) | {rundir.MANIFEST, rundir.LOCK}
