@@ -600,6 +600,9 @@ class Counterparty(_Section):
         return "flat" if self.hazard_rate is not None else "piecewise" if self.hazards is not None else "cds"
 
 
+MLMC_LEVEL_PATHS = 2**27   # outer paths per level: level l keys outer paths l * 2^27 + i (cva.rng's 2^32 keys)
+
+
 class SqrtOuter(_Section):
     """``inner_paths: {sqrt_outer: c}``: c * sqrt(outer_paths) inner paths."""
 
@@ -619,8 +622,30 @@ def _inner_paths(v):
 _INNER_INT = TypeAdapter(Annotated[int, Field(ge=2, le=rng.PATH_LIMIT)])
 
 
+def _target_rmse(v):
+    """``simulation.target_rmse``: an absolute error > 0, or a relative one as a string ``"0.1%"``."""
+    if isinstance(v, str):
+        text = v.strip()
+        try:
+            x = float(text[:-1]) if text.endswith("%") else None
+        except ValueError:
+            x = None
+        if x is None or not (0 < x < 100):
+            raise _fail(f"must be a number > 0 or a percentage such as \"0.1%\" (0 < x < 100), got {_show(v)}")
+        return text
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise _fail(f"must be a number > 0 or a percentage such as \"0.1%\", got {_show(v)}")
+    return float(v)
+
+
 class Simulation(_Section):
-    """``simulation``: grid, path counts, regression basis and LSM options."""
+    """``simulation``: grid, path counts, the nested estimator, regression basis and LSM options.
+
+    ``estimator``: ``mlmc`` (antithetic multilevel nested estimator with the Richardson step on the finest
+    level; levels of ``min_inner_paths`` to ``inner_paths`` inner paths, doubling), ``extrapolated`` (the
+    Richardson step on one level: 2 g(P_M) - (g(P_a) + g(P_b)) / 2) or ``plain`` (with its bias estimate);
+    see :mod:`cva.estimators`.
+    """
 
     dates: Int = Field(10, ge=1)
     outer_paths: Int = Field(4096, ge=2, le=rng.PATH_LIMIT)
@@ -632,13 +657,49 @@ class Simulation(_Section):
     antithetic: bool = False
     out_of_sample: bool = False
     chunk: Annotated[Int, Field(ge=2)] | None = None
+    estimator: Literal["mlmc", "extrapolated", "plain"] = "extrapolated"
+    target_rmse: Annotated[float | str, BeforeValidator(_target_rmse)] | None = None
+    min_inner_paths: Int = Field(16, ge=2)
+    pilot_paths: Int = Field(512, ge=2, le=rng.PATH_LIMIT)
+    level_paths: tuple[Annotated[Int, Field(ge=2, le=MLMC_LEVEL_PATHS)], ...] | None = None
+    max_inner_paths: Int = Field(16384, ge=4, le=rng.PATH_LIMIT)
 
     def _check(self):
         n = self.inner_paths_for()
         if n > rng.PATH_LIMIT:
             return [(("inner_paths",), f"sqrt_outer gives {n} inner paths for {self.outer_paths} outer paths, more "
                                        f"than {rng.PATH_LIMIT}: use a smaller sqrt_outer")]
-        return []
+        problems = []
+        if self.estimator != "mlmc":
+            parts = 2 if self.estimator == "plain" else 4                           # halves, or quarters too
+            if n % parts or n // parts < 2:
+                problems.append((("inner_paths",), f"estimator {self.estimator} splits the inner paths into {parts} "
+                                                   f"equal parts of >= 2: use a multiple of {parts} >= {2 * parts}, "
+                                                   f"got {n}"))
+            for key in ("target_rmse", "level_paths"):
+                if getattr(self, key) is not None:
+                    problems.append(((key,), f"is for estimator mlmc only (estimator is {self.estimator})"))
+            return problems
+        levels = self.mlmc_levels()
+        if len(levels) < 3 or levels[0] < 2:
+            problems.append((("inner_paths",), f"estimator mlmc needs at least 3 levels (inner paths M / 4, M / 2, "
+                                               f"M): use a multiple of 4 >= 8, got {n}; or estimator: plain"))
+        if self.max_inner_paths < n:
+            problems.append((("max_inner_paths",), f"must be >= inner_paths ({n}), got {self.max_inner_paths}"))
+        if self.level_paths is not None:
+            if self.target_rmse is not None:
+                problems.append((("level_paths",), "a fixed plan and target_rmse exclude each other: give one"))
+            elif len(levels) >= 3 and len(self.level_paths) != len(levels):
+                problems.append((("level_paths",), f"has {len(self.level_paths)} entries, expected one per level: "
+                                                   f"{len(levels)} (inner paths {', '.join(map(str, levels))})"))
+        return problems
+
+    def mlmc_levels(self) -> list[int]:
+        """The inner paths per level of ``mlmc``: ``inner_paths`` halved while even and >= ``min_inner_paths``, and
+        at least twice."""
+        from cva.estimators import level_counts
+
+        return level_counts(self.inner_paths_for(), self.min_inner_paths)
 
     def inner_paths_for(self, outer_paths: int | None = None) -> int:
         """Inner paths per (outer path, date): the fixed count, or max(2, round(c sqrt(outer_paths)))."""

@@ -21,6 +21,7 @@ chosen for a path's regressions, and a resumed run is bitwise the uninterrupted 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from cva.analytic import black_scholes_array
 from cva.backend import resolve_backend
 from cva.config import grid_key, load_config
 from cva.credit import Counterparty
+from cva.estimators import Level, allocate, combine, level_table
 from cva.lsm import StageClock, longstaff_schwartz
 from cva.model import BlackScholes
 from cva.products import Contract
@@ -139,27 +141,35 @@ class DateStats:
             self.cond[g].extend(cond)
 
 
-def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):
-    """Netting-set values P (Lc, K) on outer paths l0 .. l0 + Lc - 1 (host, float64).
+def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=None, splits=0, cond_sample=0):
+    """Netting-set values on outer paths l0 .. l0 + Lc - 1 (keys of :mod:`cva.rng`; host, float64): the array
+    (2^(splits + 1) - 1, Lc, K) of P from ``inner_paths`` inner paths (default the plan's), then from each
+    half of the same inner paths, each quarter, ... (``splits`` times halved; the antithetic multilevel
+    corrections of :mod:`cva.estimators`), each with its own exercise decisions.
 
     The solver memory is per system (``SolverMemory(per_system=True)``) and keyed by contract and
     regression date: each outer path's regression at exercise date t_j starts, at the next
     valuation date, with the method it needed at the previous one (the paper's "next time").
-    Per path, it is path-local history, so the values do not depend on the chunking.
+    Per path, it is path-local history, so the values do not depend on the chunking. ``stats`` gets the
+    regressions of the whole inner set, with the condition numbers of the first ``cond_sample`` paths.
     """
     dtype = np.dtype(cfg.run.dtype)
     sim, seed = cfg.simulation, cfg.run.seed
+    M = plan.inner_paths if inner_paths is None else int(inner_paths)
+    if M % 2 ** splits or M // 2 ** splits < 2:
+        raise ValueError(f"{M} inner paths cannot be split {splits} times into equal parts of >= 2 paths")
     solver = {"method": cfg.regression.method, "cond_max": cfg.regression.cond_max, "rtol": cfg.regression.rtol}
     rdt = cfg.regression_dtype()
     G, K = len(plan.grid), len(plan.exposure_index)
+    nv = 2 ** (splits + 1) - 1                                                         # the whole set and its parts
     grid0 = np.concatenate([[0.0], plan.grid])
     exposure_pos = -np.ones(G, dtype=int)
     exposure_pos[plan.exposure_index] = np.arange(K)
     clock = StageClock(xp, timings)
     S_out = model.sample(grid0, 1, seed=seed, purpose="outer", dtype=dtype, xp=xp, outer=(l0, Lc))[:, 0]  # (Lc, G, d)
     clock("outer_paths")
-    P = xp.zeros((Lc, K), dtype=np.float64)
-    alive = [xp.ones(Lc, dtype=bool) for _ in plan.contracts]
+    P = xp.zeros((nv, Lc, K), dtype=np.float64)
+    alive = [xp.ones((nv, Lc), dtype=bool) for _ in plan.contracts]
     memory = lg.SolverMemory(per_system=True)
     for g in range(G):
         t, k = plan.grid[g], exposure_pos[g]
@@ -179,7 +189,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):
                 inner.append(ci)
         if inner:
             g_max = max(int(plan.exercise_index[ci][-1]) for ci in inner)
-            S_in = model.sample(grid0[g + 1:g_max + 2], plan.inner_paths, seed=seed, purpose="inner", dtype=dtype,
+            S_in = model.sample(grid0[g + 1:g_max + 2], M, seed=seed, purpose="inner", dtype=dtype,
                                 xp=xp, start=S_out[:, g], outer=(l0, Lc), date=g, step0=g + 1,
                                 antithetic=sim.antithetic)                            # (Lc, M, g_max - g, d)
             clock("inner_paths")
@@ -189,19 +199,25 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):
                 psi = basis.make_basis(plan.basis, model.spot, plan.payoff_regressor, c.symmetric_in_assets)
                 S_c = _steps(S_in, later - g - 1)
                 clock("inner_paths")
-                res = longstaff_schwartz(
-                    S_c, plan.grid[later], c.payoff_value, psi,
-                    model.rate, t0=t, solver=solver, itm_only=sim.itm_only, memory=memory,
-                    keys=[f"c{ci}:r{int(j)}" for j in later], timings=timings,
-                    condition_sample=max(0, min(Lc, COND_SAMPLE - l0)),
-                    regression_dtype=rdt)
+                lsm = {"solver": solver, "itm_only": sim.itm_only, "memory": memory, "timings": timings,
+                       "regression_dtype": rdt}
+                res = longstaff_schwartz(S_c, plan.grid[later], c.payoff_value, psi, model.rate, t0=t,
+                                         keys=[f"c{ci}:r{int(j)}" for j in later],
+                                         condition_sample=max(0, min(Lc, cond_sample)), **lsm)
+                C = [res.value[None]]                                                  # (1, Lc) continuation
+                for depth in range(1, splits + 1):                                     # a depth's parts in one call
+                    n = 2 ** depth
+                    part = longstaff_schwartz(S_c.reshape((n * Lc, M // n) + S_c.shape[2:]), plan.grid[later],
+                                              c.payoff_value, psi, model.rate, t0=t,
+                                              keys=[f"c{ci}:r{int(j)}:{depth}" for j in later], **lsm)
+                    C.append(part.value.reshape(Lc, n).T)                              # (n, Lc)
+                C = xp.concatenate(C) if splits else C[0]
                 S_c = None
                 clock.skip()                                                           # booked by the LSM
                 stats.add(g, res)
                 clock("statistics")
-                C = res.value                                                          # (Lc,) continuation
                 if g in plan.exercise_index[ci]:
-                    h = c.payoff_value(S_out[:, g])
+                    h = c.payoff_value(S_out[:, g])[None]
                     ex = (h > 0) & (h >= C)
                     values[ci] = (xp.where(ex, h, C), ex)
                 else:
@@ -210,9 +226,9 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings):
             clock("exercise")
         for ci, (v, ex) in values.items():
             if k >= 0:
-                P[:, k] += plan.contracts[ci].quantity * xp.where(alive[ci], v, 0).astype(np.float64)
+                P[:, :, k] += plan.contracts[ci].quantity * xp.where(alive[ci], v, 0).astype(np.float64)
             if g == plan.exercise_index[ci][-1]:
-                alive[ci] = xp.zeros(Lc, dtype=bool)
+                alive[ci] = xp.zeros((nv, Lc), dtype=bool)
             elif ex is not None:
                 alive[ci] = alive[ci] & ~ex
         clock("exercise")
@@ -245,8 +261,167 @@ class RunResult:
     solver_stats: pd.DataFrame
     summary: dict
     out_dir: Path
-    values: np.ndarray = field(repr=False)            # (L, K) netting-set value per outer path and date
-    contributions: np.ndarray = field(repr=False)     # (L,) per-path CVA contributions
+    values: np.ndarray = field(repr=False)            # (N, K) netting-set values of the finest level
+    contributions: np.ndarray = field(repr=False)     # (N,) their per-path CVA contributions
+    levels: list = field(repr=False, default_factory=list)   # [cva.estimators.Level]
+
+
+def level_specs(cfg) -> list[tuple[int, int]]:
+    """(inner paths, splits) per level of the config's estimator (:mod:`cva.estimators`)."""
+    sim = cfg.simulation
+    if sim.estimator == "mlmc":
+        return [(m, 0 if i == 0 else 1) for i, m in enumerate(sim.mlmc_levels())]
+    return [(sim.inner_paths_for(), 1 if sim.estimator == "plain" else 2)]
+
+
+class _Levels:
+    """The levels' per-path values, grown chunk by chunk: computed (and saved), or read back on resume.
+
+    Level l's outer path i has the key l * MLMC_LEVEL_PATHS + i, so the levels are independent and a
+    level's paths do not depend on how many the others have. A chunk holds ``chunk`` paths or the rest of a
+    request; the requests are a deterministic function of the values, so a resumed run asks for the same
+    chunks as the uninterrupted one.
+    """
+
+    def __init__(self, cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume):
+        self.cfg, self.plan, self.model, self.xp = cfg, plan, model, xp
+        self.out_dir, self.hash, self.chunk = out_dir, manifest["config_hash"], chunk
+        self.stats, self.timings, self.log, self.bar = stats, timings, log, bar
+        self.specs = level_specs(cfg)
+        self.cond_level = len(self.specs) - 1                          # the configured finest level
+        self.parts = [[] for _ in self.specs]
+        self.seconds = [0.0] * len(self.specs)
+        self.loaded = {}
+        if resume:
+            for li in range(len(self.specs)):
+                self.loaded[li] = rundir.load_chunks(out_dir, self.hash, li)
+
+    def add_level(self):
+        m, _ = self.specs[-1]
+        self.specs.append((2 * m, 1))
+        self.parts.append([])
+        self.seconds.append(0.0)
+        self.loaded[len(self.specs) - 1] = (rundir.load_chunks(self.out_dir, self.hash, len(self.specs) - 1)
+                                            if self.loaded else [])
+
+    def have(self, li) -> int:
+        return sum(p.shape[1] for p in self.parts[li])
+
+    def ensure(self, li, n):
+        """Level ``li`` has at least ``n`` outer paths."""
+        from cva.config import MLMC_LEVEL_PATHS
+
+        if n > MLMC_LEVEL_PATHS:
+            raise ValueError(f"level {li} of the estimator needs {n} outer paths, more than {MLMC_LEVEL_PATHS}: "
+                             f"ask for a larger simulation.target_rmse or fewer outer paths")
+        M, splits = self.specs[li]
+        plan, dtype = self.plan, np.dtype(self.cfg.run.dtype)
+        while (l0 := self.have(li)) < n:
+            i, Lc = len(self.parts[li]), min(self.chunk, n - l0)
+            saved = self.loaded.get(li, [])
+            if i < len(saved):
+                values, meta = saved[i]
+                if meta.get("l0") != l0 or values.shape[1] != Lc:
+                    raise rundir.ResumeError(f"cannot resume {self.out_dir}: {rundir.chunk_path(self.out_dir, li, i)} "
+                                             f"holds outer paths {meta.get('l0')}.. ({values.shape[1]}), this run "
+                                             f"asks for {l0}.. ({Lc}); run without --resume")
+                self.stats.merge_json(meta["stats"])
+                _add_timings(self.timings, meta["timings"])
+                self.seconds[li] += meta["seconds"]
+                self.parts[li].append(values)
+                self._tick()
+                continue
+            t0 = time.perf_counter()
+            chunk_stats, chunk_timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
+            try:
+                values = chunk_values(self.cfg, plan, self.model, self.xp, li * MLMC_LEVEL_PATHS + l0, Lc,
+                                      chunk_stats, chunk_timings, inner_paths=M, splits=splits,
+                                      cond_sample=COND_SAMPLE - l0 if li == self.cond_level else 0)
+            except MemoryError as exc:
+                need = bytes_per_outer_path(plan, self.model.d, dtype.itemsize) * Lc / 2**30
+                fix = "simulation.inner_paths" + ("" if Lc <= 2 else " or the chunk (--chunk, simulation.chunk)")
+                raise MemoryError(f"out of memory in level {li} ({Lc} outer x {M} inner paths, outer paths {l0}.."
+                                  f"{l0 + Lc - 1}, about {need:,.1f} GiB by the chunk estimate): {exc}; lower {fix}"
+                                  ) from exc
+            if not np.isfinite(values).all():
+                raise ValueError(f"the netting-set values are not finite (level {li}, outer paths {l0}.."
+                                 f"{l0 + Lc - 1}): an input overflows {dtype.name} (spot, strike, quantity or vol "
+                                 f"too large)")
+            seconds = time.perf_counter() - t0
+            t_io = time.perf_counter()
+            rundir.save_chunk(self.out_dir, li, i, values, {"l0": l0, "stats": chunk_stats.to_json(),
+                                                            "timings": chunk_timings, "seconds": seconds}, self.hash)
+            chunk_timings["io"] += time.perf_counter() - t_io
+            self.stats.merge_json(chunk_stats.to_json())
+            _add_timings(self.timings, chunk_timings)
+            self.seconds[li] += seconds
+            self.parts[li].append(values)
+            self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s")
+
+    def _tick(self, line=None):
+        if self.bar is not None:
+            self.bar.update(1)
+        elif line:
+            self.log(line)
+
+    def levels(self) -> list[Level]:
+        return [Level(li, m, splits, np.concatenate(self.parts[li], axis=1), self.seconds[li])
+                for li, (m, splits) in enumerate(self.specs)]
+
+
+def _sample_levels(cfg, lv, g, log):
+    """Grow the levels to the estimator's plan: ``outer_paths`` on the one level of ``plain`` and
+    ``extrapolated``; for ``mlmc`` the fixed ``level_paths``, else the MLMC allocation (Giles 2008) for the
+    target variance, iterated on the measured variances from ``pilot_paths`` per level on; with
+    ``target_rmse``, levels are added while the remaining bias exceeds target / sqrt(2)."""
+    sim = cfg.simulation
+    if sim.estimator != "mlmc":
+        lv.ensure(0, sim.outer_paths)
+        return
+    if sim.level_paths is not None:
+        for li, n in enumerate(sim.level_paths):
+            lv.ensure(li, n)
+        return
+    pilot = min(sim.pilot_paths, sim.outer_paths)
+    for li in range(len(lv.specs)):
+        lv.ensure(li, pilot)
+    for _ in range(MLMC_ITERATIONS):
+        levels = lv.levels()
+        rows = level_table(levels, g, "mlmc")
+        res = combine(levels, g, "mlmc")
+        if not all(np.isfinite([r["variance"] for r in rows] + [res["estimate"]])):
+            raise ValueError(f"the run's results are not finite (cva = {res['estimate']}): an input overflows "
+                             f"{cfg.run.dtype} (spot, strike, quantity or vol too large)")
+        if sim.target_rmse is None:                       # the outer-sampling error of a plain run of outer_paths
+            target_variance = rows[-1]["fine_variance"] / sim.outer_paths
+        else:
+            eps = _absolute_rmse(sim.target_rmse, res["estimate"])
+            rem = abs(res["remaining_bias"]) + res["remaining_stderr"]
+            if rem > eps / math.sqrt(2) and 2 * lv.specs[-1][0] <= sim.max_inner_paths:
+                lv.add_level()
+                lv.ensure(len(lv.specs) - 1, pilot)
+                log(f"mlmc: remaining bias {rem:.3g} > target / sqrt(2) = {eps / math.sqrt(2):.3g}: "
+                    f"level {len(lv.specs) - 1} with {lv.specs[-1][0]} inner paths added")
+                continue
+            target_variance = eps ** 2 / 2
+        weights = [r["weight"] for r in rows]
+        want = allocate([r["variance"] for r in rows], [r["cost_per_path"] for r in rows], weights,
+                        max(target_variance, 1e-300))
+        if all(lv.have(li) >= n for li, n in enumerate(want)):
+            return
+        log("mlmc: outer paths per level " + ", ".join(f"{lv.have(li)} -> {max(n, lv.have(li))}"
+                                                     for li, n in enumerate(want)))
+        for li, n in enumerate(want):
+            lv.ensure(li, n)
+
+
+MLMC_ITERATIONS = 6        # rounds of the MLMC allocation on the variances measured so far
+
+
+def _absolute_rmse(target, estimate) -> float:
+    if isinstance(target, str):
+        return abs(estimate) * float(target.strip()[:-1]) / 100 or 1e-300
+    return float(target)
 
 
 def _progress(total, initial, enabled):
@@ -260,6 +435,9 @@ def _progress(total, initial, enabled):
 def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, log=None, overwrite=False,
         keep_chunks=False) -> RunResult:
     """Run the nested Monte Carlo CVA of ``config`` and write the run directory (:mod:`cva.rundir`).
+
+    The estimator (``simulation.estimator``, :mod:`cva.estimators`) removes the bias of the finite inner
+    sample and says how much remains; its interval accounts for it.
 
     Parameters
     ----------
@@ -297,61 +475,32 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
         chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
                     or chunk_size(plan, model.d, dtype.itemsize, xp))
-        L = plan.outer_paths
-        n_chunks = -(-L // chunk)
-        manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "outer_paths": L, "chunks": n_chunks,
+        manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
                     "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg)}
-        stats, timings, parts = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}, []
         if resume:
             rundir.check_resumable(out_dir, old, manifest)
             if rundir.read_summary_status(out_dir) == "complete":
                 raise rundir.ResumeError(f"cannot resume {out_dir}: the run is complete (summary.json); use "
                                          f"--overwrite to run it again")
-            for P, meta in rundir.load_chunks(out_dir, manifest):
-                parts.append(P)
-                stats.merge_json(meta["stats"])
-                _add_timings(timings, meta["timings"])
-            log(f"resuming {out_dir}: {len(parts)} of {n_chunks} chunks done")
         else:
             rundir.start_fresh(out_dir, report.OUTPUTS, overwrite)
             (out_dir / rundir.CHUNKS).mkdir(exist_ok=True)
             rundir.write_text(out_dir / rundir.MANIFEST, json.dumps(manifest, indent=2))
-        log(f"cva run {cfg.run.name}: backend {device}; {L} outer x {plan.inner_paths} inner paths, "
-            f"{len(plan.grid)} grid dates, {n_chunks} chunk(s) of {chunk}")
+        specs = level_specs(cfg)
+        log(f"cva run {cfg.run.name}: backend {device}; estimator {cfg.simulation.estimator}, inner paths "
+            f"{'/'.join(str(m) for m, _ in specs)}, {len(plan.grid)} grid dates, chunks of {chunk} outer paths"
+            + (f"; resuming {out_dir}" if resume else ""))
+        stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
         t_start = time.perf_counter()
-        bar = _progress(n_chunks, len(parts), progress)
+        bar = _progress(None, 0, progress)
         try:
-            for i in range(len(parts), n_chunks):
-                l0 = i * chunk
-                Lc = min(chunk, L - l0)
-                t0 = time.perf_counter()
-                chunk_stats, chunk_timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
-                try:
-                    P = chunk_values(cfg, plan, model, xp, l0, Lc, chunk_stats, chunk_timings)
-                except MemoryError as exc:
-                    need = bytes_per_outer_path(plan, model.d, dtype.itemsize) * Lc / 2**30
-                    fix = "simulation.inner_paths" + ("" if Lc <= 2 else " or the chunk (--chunk, simulation.chunk)")
-                    raise MemoryError(f"out of memory in chunk {i + 1} of {n_chunks} ({Lc} outer x "
-                                      f"{plan.inner_paths} inner paths, about {need:,.1f} GiB by the chunk "
-                                      f"estimate): {exc}; lower {fix}") from exc
-                t_io = time.perf_counter()
-                rundir.save_chunk(out_dir, i, P, {"l0": l0, "stats": chunk_stats.to_json(),
-                                                  "timings": chunk_timings}, manifest["config_hash"])
-                chunk_timings["io"] += time.perf_counter() - t_io
-                stats.merge_json(chunk_stats.to_json())
-                _add_timings(timings, chunk_timings)
-                parts.append(P)
-                if bar is not None:
-                    bar.update(1)
-                elif progress:
-                    log(f"chunk {i + 1}/{n_chunks}: outer paths {l0}..{l0 + Lc - 1} in "
-                        f"{time.perf_counter() - t0:.2f} s")
+            lv = _Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume)
+            _sample_levels(cfg, lv, _cva_functional(plan, model, counterparty), log)
         finally:
             if bar is not None:
                 bar.close()
         elapsed = time.perf_counter() - t_start
-        values = np.concatenate(parts, axis=0)                                           # (L, K)
-        result = report.finish(cfg, plan, model, counterparty, values, stats, timings, out_dir,
+        result = report.finish(cfg, plan, model, counterparty, lv.levels(), stats, timings, out_dir,
                                device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
         if not keep_chunks:
             rundir.remove_chunks(out_dir)
@@ -363,14 +512,37 @@ def _add_timings(total, part):
         total[k] = total.get(k, 0.0) + v
 
 
-def exposures_and_cva(plan, model, counterparty, values):
-    """The exposure profile (DataFrame), the CVA estimate and the per-path contributions."""
+def _cva_functional(plan, model, counterparty):
+    """g(P): the per-path CVA contributions of the values P (N, K)."""
+    q = counterparty.curve.default_probabilities(plan.dates)
+    return lambda P: measures.cva_contributions(P, plan.dates, model.rate, q, counterparty.recovery)
+
+
+def exposures_and_cva(plan, model, counterparty, levels, estimator):
+    """The exposure profile (DataFrame; EE, ENE and the mean value by the estimator, PFE from the finest
+    level's values, not bias-corrected), the CVA estimate (dict of :func:`cva.estimators.combine` with
+    ``cva``, ``stderr``, ``ci_low``, ``ci_high``) and the finest level's per-path contributions."""
     dates = plan.dates
+    g = _cva_functional(plan, model, counterparty)
+    est = combine(levels, g, estimator)
+    ee = combine(levels, lambda P: np.maximum(P, 0.0), estimator)
+    ene = combine(levels, lambda P: np.minimum(P, 0.0), estimator)
+    mean = combine(levels, lambda P: P, estimator)
+    fine = levels[-1].sets[0]
     q = counterparty.curve.default_probabilities(dates)
-    contrib = measures.cva_contributions(values, dates, model.rate, q, counterparty.recovery)
-    prof = measures.exposure_profile(values, dates)
+    prof = pd.DataFrame({"date": dates, "EE": ee["estimate"], "EE_stderr": ee["stderr"], "ENE": ene["estimate"],
+                         "PFE": np.quantile(np.maximum(fine, 0.0), measures.PFE_LEVEL, axis=0),
+                         "mean_value": mean["estimate"]})
+    if estimator != "plain":
+        prof["EE_uncorrected"] = np.maximum(fine, 0.0).mean(axis=0)
     prof["discount"] = np.exp(-model.rate * dates)
     prof["survival"] = counterparty.curve.survival(dates)
     prof["default_prob"] = q
     prof["cva_contribution"] = (1 - counterparty.recovery) * prof["discount"] * prof["EE"] * q
-    return prof, measures.cva_estimate(contrib), contrib
+    summary = {"cva": float(est["estimate"]), "stderr": float(est["stderr"]), "ci_low": float(est["ci_low"]),
+               "ci_high": float(est["ci_high"]), "estimator": estimator,
+               "bias_estimate": float(est["bias_estimate"]), "bias_stderr": float(est["bias_stderr"]),
+               "remaining_bias": None if est["remaining_bias"] is None else float(est["remaining_bias"]),
+               "remaining_bias_stderr": None if est["remaining_stderr"] is None else float(est["remaining_stderr"]),
+               "levels": level_table(levels, g, estimator)}
+    return prof, summary, g(fine)

@@ -13,9 +13,11 @@ import numpy as np
 import pandas as pd
 
 from cva import measures, rundir
+from cva.estimators import decay_warnings
 
 PLOTS = {
     "exposure.png": "Exposure profile: EE, ENE and the 97.5% PFE band",
+    "levels.png": "Convergence of the levels: |mean| and variance of the corrections",
     "condition.png": "Condition numbers of the regression matrices (paper 001, Fig. 2)",
     "method_mix.png": "Solver method per regression system, by valuation date",
     "timings.png": "Time per stage",
@@ -31,17 +33,15 @@ table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 td, th { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: right; }
 th { background: #eee; } td:first-child, th:first-child { text-align: left; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
-.big { font-size: 1.4em; } .note { color: #555; font-size: 0.9em; }
+.big { font-size: 1.4em; } .note { color: #555; font-size: 0.9em; } .warning { color: #a00; }
 </style></head>
 <body data-images-total="{{ images|length }}">
 <h1>CVA report: {{ s.name }}</h1>
 <p class="big">CVA = <b>{{ "%.6g"|format(s.cva) }}</b> &plusmn; {{ "%.3g"|format(s.stderr) }} (std. error);
 95% interval [{{ "%.6g"|format(s.ci_low) }}, {{ "%.6g"|format(s.ci_high) }}]</p>
-<p class="note" id="inner-bias">The standard error and the interval measure the sampling of the outer paths only.
-Each exposure comes from {{ s.inner_paths }} inner paths, which adds a bias of order 1 / {{ s.inner_paths }}
-that the interval leaves out. To see its size, run again with simulation.inner_paths doubled and the same seed
-(the same outer paths): the CVA moves by about half the bias of this run.</p>
-<p>{{ s.outer_paths }} outer paths &times; {{ s.inner_paths }} inner paths, {{ s.exposure_dates }} exposure dates,
+<p class="note" id="inner-bias">{{ estimator_note }}</p>
+<p>{{ s.outer_paths }} outer paths in all, {{ s.inner_paths }} inner paths on the finest level,
+{{ s.exposure_dates }} exposure dates,
 {{ s.grid_dates }} grid dates; backend {{ s.device }}, {{ s.dtype }}
 {%- if s.regression_dtype != s.dtype %} ({{ s.regression_dtype }} regressions){% endif %};
 {{ "%.2f"|format(s.elapsed_seconds) }} s.
@@ -56,6 +56,18 @@ Counterparty: recovery {{ s.recovery }}, {{ s.credit }}.</p>
 <table><tr><th>contract</th><th>quantity</th></tr>
 {% for c in s.portfolio %}<tr><td>{{ c.name }}: {{ c.description }}</td><td>{{ c.quantity }}</td></tr>{% endfor %}
 </table>
+<h2 id="levels">Inner-sample bias: the {{ s.estimator }} estimator</h2>
+<p class="note">Each level's outer paths value the netting set from M inner paths and from the two halves
+of the same inner paths; its correction Y = g(P<sub>M</sub>) - (g(P<sub>a</sub>) + g(P<sub>b</sub>)) / 2 (g: the
+per-path CVA contribution) estimates minus the bias a plain estimate at M inner paths carries (of order 1 / M).
+{% if s.estimator == "mlmc" %}The CVA is the multilevel sum (level 0: g at the fewest inner paths; then the
+corrections) plus the finest correction once more (Richardson); the outer paths per level follow the MLMC
+allocation for the measured variances.{% elif s.estimator == "extrapolated" %}The CVA is the Richardson step
+2 g(P<sub>M</sub>) - (g(P<sub>a</sub>) + g(P<sub>b</sub>)) / 2 on the same outer paths.{% else %}The CVA is the plain
+mean of g(P<sub>M</sub>); its bias is left in and estimated.{% endif %}
+Weight: the row's factor in the estimate.</p>
+{{ levels_html|safe }}
+{% for w in s.warnings %}<p class="warning"><b>Warning:</b> {{ w }}</p>{% endfor %}
 {% for name, title in images %}<h2>{{ title }}</h2>
 <img src="data:image/png;base64,{{ data[name] }}" alt="{{ title }}">
 {% endfor %}
@@ -109,7 +121,7 @@ def solver_table(plan, stats) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def _plots(prof, solver, stats, timings):
+def _plots(prof, solver, stats, timings, levels):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,6 +145,23 @@ def _plots(prof, solver, stats, timings):
     ax.set_ylabel("exposure")
     ax.legend()
     save("exposure.png", fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    corr = [r for r in levels if r["term"] == "Y"]
+    if corr:
+        m = [r["inner_paths"] for r in corr]
+        ax.errorbar(m, [abs(r["mean"]) for r in corr], yerr=[2 * r["stderr"] for r in corr], fmt="o-",
+                    color="tab:blue", label="|mean of Y| (weak), 2 std. errors")
+        ax.plot(m, [r["variance"] for r in corr], "s-", color="tab:red", label="variance of Y (strong)")
+        ref = abs(corr[0]["mean"]) or 1.0
+        ax.plot(m, [ref * m[0] / x for x in m], ":", color="tab:gray", label="order 1 / M")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("inner paths M of the level")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no correction level", ha="center", transform=ax.transAxes)
+    save("levels.png", fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
     cond = np.concatenate([np.asarray(c, dtype=float) for c in stats.cond] + [np.empty(0)])
@@ -169,14 +198,16 @@ def _plots(prof, solver, stats, timings):
     return out
 
 
-def finish(cfg, plan, model, counterparty, values, stats, timings, out_dir, *, device, chunk, elapsed, manifest):
-    """Measures from the per-path values, then every file of the run directory; the RunResult."""
+def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest):
+    """Measures from the levels' per-path values (:mod:`cva.estimators`), then every file of the run directory,
+    summary.json last; the RunResult."""
     from jinja2 import Environment
 
     from cva.nested import RunResult, exposures_and_cva
 
     out_dir = Path(out_dir)
-    prof, est, contrib = exposures_and_cva(plan, model, counterparty, values)
+    prof, est, contrib = exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator)
+    est["warnings"] = decay_warnings(est["levels"])
     solver = solver_table(plan, stats)
     totals = {m: int(solver[m].sum()) for m in ("ldlt", "householder_pcr", "eig_truncate", "none")}
     summary = {
@@ -184,7 +215,8 @@ def finish(cfg, plan, model, counterparty, values, stats, timings, out_dir, *, d
         "max_EE": float(prof["EE"].max()), "max_PFE": float(prof["PFE"].max()),
         "backend": manifest["backend"], "device": device, "dtype": cfg.run.dtype,
         "regression_dtype": cfg.regression_dtype().name,
-        "seed": cfg.run.seed, "outer_paths": plan.outer_paths, "inner_paths": plan.inner_paths, "chunk": chunk,
+        "seed": cfg.run.seed, "outer_paths": sum(lv.paths for lv in levels), "inner_paths": levels[-1].inner_paths,
+        "chunk": chunk,
         "exposure_dates": len(plan.exposure_index), "grid_dates": len(plan.grid), "basis": plan.basis,
         "recovery": counterparty.recovery, "credit": counterparty.description,
         "default_model": "default independent of the market (no wrong-way risk)",
@@ -203,17 +235,20 @@ def finish(cfg, plan, model, counterparty, values, stats, timings, out_dir, *, d
     out_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_text(out_dir / "exposures.csv", prof.to_csv(index=False))
     rundir.write_text(out_dir / "solver_stats.csv", solver.to_csv(index=False))
-    images = _plots(prof, solver, stats, timings)
+    images = _plots(prof, solver, stats, timings, est["levels"])
     for name, png in images.items():
         rundir.write_bytes(out_dir / name, png)
     html = Environment(autoescape=True).from_string(TEMPLATE).render(
         s=summary, images=list(PLOTS.items()), data={k: base64.b64encode(v).decode() for k, v in images.items()},
         exposures_html=prof.to_html(index=False, float_format=lambda x: f"{x:.6g}"),
+        levels_html=pd.DataFrame(summary["levels"]).to_html(index=False, float_format=lambda x: f"{x:.4g}"),
+        estimator_note=_estimator_note(summary),
         solver_html=solver.to_html(index=False, float_format=lambda x: f"{x:.3g}"))
     rundir.write_text(out_dir / "report.html", html)
     rundir.write_text(out_dir / "summary.json", text)                   # last: the run is complete
     return RunResult(cva=est["cva"], stderr=est["stderr"], ci=(est["ci_low"], est["ci_high"]), exposures=prof,
-                     solver_stats=solver, summary=summary, out_dir=out_dir, values=values, contributions=contrib)
+                     solver_stats=solver, summary=summary, out_dir=out_dir, values=levels[-1].sets[0],
+                     contributions=contrib, levels=levels)
 
 
 def _json_default(o):
@@ -239,3 +274,22 @@ def _non_finite(data, key="") -> list[str]:
 
 def _finite(data) -> bool:
     return not _non_finite(data)
+
+
+def _estimator_note(s) -> str:
+    """What the interval covers, in one paragraph."""
+    bias = f"{s['bias_estimate']:.3g} \u00b1 {s['bias_stderr']:.3g}"
+    if s["estimator"] == "plain":
+        head = (f"The plain estimate carries the bias of its {s['inner_paths']} inner paths, estimated at {bias} "
+                "from the halves of the inner paths (left in).")
+    else:
+        head = (f"The bias of a plain estimate at {s['inner_paths']} inner paths, estimated at {bias}, is removed "
+                "by the Richardson step.")
+    if s["remaining_bias"] is None:
+        tail = ("The remaining bias (second order) is not estimated by this estimator; the interval measures the "
+                "outer-path sampling only.")
+    else:
+        tail = (f"The estimated remaining bias is {s['remaining_bias']:.3g} \u00b1 {s['remaining_bias_stderr']:.3g}; "
+                "the 95% interval spans the estimate and the estimate less this bias, widened by 1.96 standard "
+                "errors of the outer sampling and the bias estimate combined.")
+    return f"{head} {tail}"

@@ -92,7 +92,7 @@ def earlier_run_files(out_dir: Path, outputs) -> list[Path]:
     """The files of an earlier run in ``out_dir``: its manifest, outputs, chunks and temporary files."""
     names = [MANIFEST, *outputs]
     found = [out_dir / n for n in names if (out_dir / n).is_file()]
-    found += sorted((out_dir / CHUNKS).glob("chunk_*.npz")) if (out_dir / CHUNKS).is_dir() else []
+    found += sorted((out_dir / CHUNKS).glob("level*_*.npz")) if (out_dir / CHUNKS).is_dir() else []
     found += [p for p in out_dir.glob("*.tmp*") if p.is_file() and p.name.split(".tmp")[0] in names]
     return found
 
@@ -177,27 +177,26 @@ def check_resumable(out_dir: Path, old: dict, manifest: dict):
         raise ResumeError(f"cannot resume {out_dir}: " + "; ".join(diff) + " (run without --resume to start over)")
 
 
-def chunk_path(out_dir: Path, index: int) -> Path:
-    return out_dir / CHUNKS / f"chunk_{index:05d}.npz"
+def chunk_path(out_dir: Path, level: int, index: int) -> Path:
+    return out_dir / CHUNKS / f"level{level}_{index:05d}.npz"
 
 
-def save_chunk(out_dir: Path, index: int, values, meta: dict, config_hash: str):
-    """The chunk's per-path values and its own statistics, stamped with the config hash and its index."""
-    head = json.dumps({"config_hash": config_hash, "index": index, **meta})
+def save_chunk(out_dir: Path, level: int, index: int, values, meta: dict, config_hash: str):
+    """A chunk's per-path values and its own statistics, stamped with the config hash, level and index."""
+    head = json.dumps({"config_hash": config_hash, "level": level, "index": index, **meta})
 
     def write(tmp):
         with open(tmp, "wb") as f:
             np.savez(f, values=values, meta=np.array(head))
-    atomic_write(chunk_path(out_dir, index), write)
+    atomic_write(chunk_path(out_dir, level, index), write)
 
 
-def load_chunks(out_dir: Path, manifest: dict) -> list[tuple[np.ndarray, dict]]:
-    """The finished chunks in order, up to the first missing one; an unreadable chunk (an OS crash while it
-    was written) is removed and computed again; one of another run is refused, naming the file."""
+def load_chunks(out_dir: Path, config_hash: str, level: int) -> list[tuple[np.ndarray, dict]]:
+    """A level's finished chunks in order, up to the first missing one; an unreadable chunk (an OS crash while
+    it was written) is removed and computed again; one of another run or place is refused, naming the file."""
     done = []
-    (out_dir / CHUNKS).mkdir(parents=True, exist_ok=True)
-    for i in range(manifest["chunks"]):
-        f = chunk_path(out_dir, i)
+    for i in range(10**5):
+        f = chunk_path(out_dir, level, i)
         try:
             with np.load(f, allow_pickle=False) as z:
                 values, meta = z["values"], json.loads(str(z["meta"]))
@@ -206,21 +205,17 @@ def load_chunks(out_dir: Path, manifest: dict) -> list[tuple[np.ndarray, dict]]:
         except Exception:
             f.unlink(missing_ok=True)
             break
-        if not isinstance(meta, dict) or meta.get("config_hash") != manifest["config_hash"] or meta.get("index") != i:
-            raise ResumeError(f"cannot resume {out_dir}: {f} is not a chunk of this run (config hash "
-                              f"{meta.get('config_hash') if isinstance(meta, dict) else None!r}, index "
-                              f"{meta.get('index') if isinstance(meta, dict) else None!r}; this run: "
-                              f"{manifest['config_hash']!r}, index {i}); remove it or run without --resume")
-        rows = min(manifest["chunk"], manifest["outer_paths"] - i * manifest["chunk"])
-        if values.shape[0] != rows:
-            raise ResumeError(f"cannot resume {out_dir}: {f} holds {values.shape[0]} outer paths, this run's chunk "
-                              f"{i} has {rows}; remove it or run without --resume")
+        stamp = {k: meta.get(k) for k in ("config_hash", "level", "index")} if isinstance(meta, dict) else {}
+        if stamp != {"config_hash": config_hash, "level": level, "index": i}:
+            raise ResumeError(f"cannot resume {out_dir}: {f} is not a chunk of this run (it says {stamp or meta!r}; "
+                              f"this run: config hash {config_hash!r}, level {level}, index {i}); remove it or run "
+                              f"without --resume")
         done.append((values, meta))
     return done
 
 
 def remove_chunks(out_dir: Path):
-    for f in sorted((out_dir / CHUNKS).glob("chunk_*.npz")):
+    for f in sorted((out_dir / CHUNKS).glob("level*_*.npz")):
         f.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         (out_dir / CHUNKS).rmdir()

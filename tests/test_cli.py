@@ -142,7 +142,7 @@ def test_engine_errors_on_a_valid_config_are_one_line(tmp_path, capsys):
     cfg.write_text("market: {spot: 100, vol: 0.2}\n"
                    "portfolio: [{style: european, payoff: call, underlying: {asset: 0}, strike: 100, maturity: 1}]\n"
                    "counterparty: {recovery: 0.4, cds_spreads: {1: 0.05, 2: 0.001}}\n"
-                   f"simulation: {{dates: 2, outer_paths: 8, inner_paths: 4}}\noutput: {{dir: {tmp_path / 'o'}}}\n")
+                   f"simulation: {{dates: 2, outer_paths: 8, inner_paths: 8}}\noutput: {{dir: {tmp_path / 'o'}}}\n")
     assert cli_main(["run", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tenor 2" in err[0] and "Traceback" not in err[0]
@@ -255,7 +255,7 @@ def test_out_of_memory_names_the_path_count(run_config, capsys, monkeypatch):
     assert "Traceback" not in err
     line = err.strip().splitlines()[-1]                                         # after the run's log line
     assert line.startswith(f"{run_config}: out of memory")
-    assert "4 outer x 8 inner paths" in line and "simulation.inner_paths" in line and "--chunk" in line
+    assert "level 0 (4 outer x 2 inner paths" in line and "simulation.inner_paths" in line and "--chunk" in line
     assert np.isfinite(float(line.split("about ")[1].split(" GiB")[0]))
 
 

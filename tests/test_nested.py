@@ -105,7 +105,7 @@ def _interrupted_run(monkeypatch, cfg, chunk, at_chunk):
 def test_resume_after_interruption_is_bitwise_the_uninterrupted_run(tmp_path, monkeypatch):
     full = cva.run(_small(tmp_path, "full"), chunk=100, progress=False)
     _interrupted_run(monkeypatch, _small(tmp_path, "part"), 100, 4)
-    assert len(list((tmp_path / "part" / "chunks").glob("chunk_*.npz"))) == 3
+    assert len(list((tmp_path / "part" / "chunks").glob("level*_*.npz"))) == 3
     resumed = cva.run(_small(tmp_path, "part"), chunk=100, resume=True, progress=False)
     np.testing.assert_array_equal(resumed.values, full.values)
     assert resumed.cva == full.cva
@@ -183,7 +183,7 @@ def test_chunk_invariance_with_fallback_solves(tmp_path):
 def test_resume_takes_the_chunk_of_the_interrupted_run(tmp_path, monkeypatch):
     cfg = _small(tmp_path, "rc")
     _interrupted_run(monkeypatch, cfg, 150, 2)
-    (tmp_path / "rc" / "chunks" / "chunk_00000.npz").write_bytes(b"corrupt")      # e.g. after an OS crash
+    (tmp_path / "rc" / "chunks" / "level0_00000.npz").write_bytes(b"corrupt")      # e.g. after an OS crash
     resumed = cva.run(cfg, resume=True, progress=False)                            # no chunk given
     full = cva.run(_small(tmp_path, "rc_full"), chunk=150, progress=False)
     np.testing.assert_array_equal(resumed.values, full.values)

@@ -103,14 +103,14 @@ def test_a_chunk_of_another_run_is_refused_on_resume(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         cva.run(b, chunk=60, progress=False)
     monkeypatch.setattr(nested, "chunk_values", original)
-    chunk0 = rundir.chunk_path(tmp_path / "a", 0)
+    chunk0 = rundir.chunk_path(tmp_path / "a", 0, 0)
     own = chunk0.read_bytes()
-    chunk0.write_bytes(rundir.chunk_path(tmp_path / "b", 0).read_bytes())        # another config's chunk
-    with pytest.raises(rundir.ResumeError, match="chunk_00000.npz is not a chunk of this run"):
+    chunk0.write_bytes(rundir.chunk_path(tmp_path / "b", 0, 0).read_bytes())        # another config's chunk
+    with pytest.raises(rundir.ResumeError, match="level0_00000.npz is not a chunk of this run"):
         cva.run(a, resume=True, progress=False)
     chunk0.write_bytes(own)
-    rundir.chunk_path(tmp_path / "a", 1).write_bytes(own)                        # this run's, wrong index
-    with pytest.raises(rundir.ResumeError, match="chunk_00001.npz is not a chunk of this run"):
+    rundir.chunk_path(tmp_path / "a", 0, 1).write_bytes(own)                        # this run's, wrong index
+    with pytest.raises(rundir.ResumeError, match="level0_00001.npz is not a chunk of this run"):
         cva.run(a, resume=True, progress=False)
 
 
@@ -125,7 +125,7 @@ def test_a_failed_write_names_the_file_and_leaves_no_temporary(tmp_path, monkeyp
     monkeypatch.setattr(np, "savez", full_disk)
     assert main(["run", str(path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    chunk0 = rundir.chunk_path(tmp_path / "disk", 0)
+    chunk0 = rundir.chunk_path(tmp_path / "disk", 0, 0)
     assert err[-1] == f"cva: cannot write {chunk0}: No space left on device"
     assert not list((tmp_path / "disk").rglob("*.tmp*"))
 
@@ -150,7 +150,7 @@ def test_summary_is_written_last_and_resume_finishes_a_cut_report(tmp_path, monk
     monkeypatch.setattr(rundir, "write_text", original)
     assert "summary.json" not in written and not (tmp_path / "cut" / "summary.json").exists()
     assert rundir.read_summary_status(tmp_path / "cut") is None                 # detectably unfinished
-    assert len(list((tmp_path / "cut" / rundir.CHUNKS).glob("chunk_*.npz"))) == 4
+    assert len(list((tmp_path / "cut" / rundir.CHUNKS).glob("level*_*.npz"))) > 4
     resumed = cva.run(cfg, resume=True, progress=False)
     np.testing.assert_array_equal(resumed.values, whole.values)
     assert resumed.solver_stats.equals(whole.solver_stats)
@@ -160,16 +160,16 @@ def test_summary_is_written_last_and_resume_finishes_a_cut_report(tmp_path, monk
 
 def test_keep_chunks(tmp_path):
     cva.run(_config(tmp_path, "keep"), chunk=100, progress=False, keep_chunks=True)
-    chunks = sorted((tmp_path / "keep" / rundir.CHUNKS).glob("chunk_*.npz"))
-    assert [c.name for c in chunks] == ["chunk_00000.npz", "chunk_00001.npz", "chunk_00002.npz"]
+    chunks = sorted((tmp_path / "keep" / rundir.CHUNKS).glob("level*_*.npz"))
+    assert chunks and {c.name.split("_")[0] for c in chunks} == {"level0", "level1", "level2"}
 
 
 def test_summary_json_never_holds_a_non_finite_number(tmp_path, monkeypatch):
     """A result that overflows is an error naming it, never NaN / Infinity in summary.json."""
     cfg = _config(tmp_path, "inf")
-    monkeypatch.setattr(nested.measures, "cva_estimate",
-                        lambda c: {"cva": float("inf"), "stderr": float("nan"), "ci_low": 0.0, "ci_high": 1.0})
-    with pytest.raises(ValueError, match=r"not finite \(cva = inf, stderr = nan"):
+    monkeypatch.setattr(nested.measures, "cva_contributions", lambda P, *a: np.full(P.shape[0], np.inf))
+    with pytest.raises(ValueError, match=r"results are not finite \(cva = (inf|nan)\): an input overflows"), \
+            np.errstate(invalid="ignore"):
         cva.run(cfg, progress=False)
     assert not (tmp_path / "inf" / "summary.json").exists()
 
