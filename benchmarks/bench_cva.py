@@ -30,14 +30,14 @@ import cva
 from linalg_gpu._backend import cupy_available
 
 
-def config(outer, inner, dtype, backend, out):
+def config(outer, inner, dtype, backend, out, estimator="extrapolated"):
     return {"run": {"name": "bench_cva", "seed": 1, "backend": backend, "dtype": dtype},
             "market": {"spot": 1.0, "assets": 29, "vol": 0.1, "rate": 0.1, "correlation": 0.0},
             "portfolio": [{"style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 1.0,
                            "maturity": 1.0, "exercise_dates": 10}],
             "counterparty": {"recovery": 0.4, "hazard_rate": 0.02},
             "simulation": {"dates": 10, "outer_paths": outer, "inner_paths": inner, "basis": "linear",
-                           "itm_only": False},
+                           "itm_only": False, "estimator": estimator},
             "regression": {"method": "auto", "cond_max": 1e5}, "output": {"dir": out}}
 
 
@@ -49,14 +49,15 @@ def counts(outer, inner, dates=10, d=29, p=30):
             "assembly_madds": outer * regressions * inner * p * p}
 
 
-def one(outer, inner, dtype, backend):
+def one(outer, inner, dtype, backend, estimator="extrapolated"):
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        res = cva.run(config(outer, inner, dtype, backend, tmp), progress=False)
+        res = cva.run(config(outer, inner, dtype, backend, tmp, estimator), progress=False)
         total = time.perf_counter() - t0
     c = counts(outer, inner)
     s = res.summary
-    return {"backend": backend, "dtype": dtype, "outer": outer, "inner": inner, "seconds": total,
+    return {"backend": backend, "estimator": estimator, "dtype": dtype, "outer": outer, "inner": inner,
+            "outer_paths_all_levels": s["outer_paths"], "seconds": total, "bias_estimate": s["bias_estimate"],
             "engine_seconds": s["elapsed_seconds"], "report_seconds": total - s["elapsed_seconds"],
             "stage_seconds": s["runtime_seconds"], "chunk": s["chunk"], "device": s["device"], **c,
             "inner_asset_steps_per_s": c["inner_asset_steps"] / total, "systems": s["solver"]["systems"],
@@ -71,6 +72,8 @@ def main(argv=None):
     ap.add_argument("--cpu-outer", type=int, default=128)
     ap.add_argument("--cpu-inner", type=int, default=128)
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
+    ap.add_argument("--estimators", nargs="+", default=["extrapolated", "plain"],
+                    help="on the GPU (the CPU runs the first)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     result = {"benchmark": "cva", "date": dt.datetime.now().isoformat(timespec="seconds"),
@@ -96,23 +99,25 @@ def main(argv=None):
           f"{'Msys/s':>7}  stages [s]")
     for backend, outer, inner in runs:
         for dtype in args.dtypes:
-            # On the GPU the first full-size run also JIT-compiles CuPy's own elementwise and reduction
-            # kernels for the new sizes (kept in CuPy's disk cache, ~/.cupy, for later processes): it is
-            # reported, and the second run is the steady state.
-            for attempt in ("first", "second") if backend == "gpu" else ("first",):
-                row = one(outer, inner, dtype, backend)
-                row["run"] = attempt
-                result["rows"].append(row)
-                stages = ", ".join(f"{k} {v:.3f}" for k, v in row["stage_seconds"].items() if v > 0)
-                print(f"{backend:7} {dtype:8} {outer:6d} {inner:6d} {row['seconds']:8.3f} {row['engine_seconds']:8.3f} "
-                      f"{row['inner_asset_steps_per_s'] / 1e9:8.3f} {row['systems_per_s'] / 1e6:7.3f}  "
-                      f"({attempt}) {stages}")
-                print(f"        CVA {row['cva']:.6g} +- {row['stderr']:.2g}; mix {row['method_mix']}; "
-                      f"chunk {row['chunk']}")
+            for estimator in args.estimators if backend == "gpu" else args.estimators[:1]:
+                # On the GPU the first full-size run also JIT-compiles CuPy's own elementwise and reduction
+                # kernels for the new sizes (kept in CuPy's disk cache, ~/.cupy, for later processes): it is
+                # reported, and the second run is the steady state.
+                for attempt in ("first", "second") if backend == "gpu" else ("first",):
+                    row = one(outer, inner, dtype, backend, estimator)
+                    row["run"] = attempt
+                    result["rows"].append(row)
+                    stages = ", ".join(f"{k} {v:.3f}" for k, v in row["stage_seconds"].items() if v > 0)
+                    print(f"{backend:7} {dtype:8} {outer:6d} {inner:6d} {row['seconds']:8.3f} "
+                          f"{row['engine_seconds']:8.3f} {row['inner_asset_steps_per_s'] / 1e9:8.3f} "
+                          f"{row['systems_per_s'] / 1e6:7.3f}  ({estimator}, {attempt}) {stages}")
+                    print(f"        CVA {row['cva']:.6g} +- {row['stderr']:.2g}, bias estimate "
+                          f"{row['bias_estimate']:.2g}; mix {row['method_mix']}; chunk {row['chunk']}")
     if cupy_available():
         result["compiled_during_timing"] = sorted(set(COMPILE_SECONDS) - compiled_before)
         print("kernels compiled during the timed runs:", result["compiled_during_timing"] or "none")
-    by = {(r["backend"], r["dtype"]): r for r in result["rows"]}                   # the last (steady) run
+    by = {(r["backend"], r["dtype"]): r for r in result["rows"]                  # the default's last (steady) run
+          if r["estimator"] == args.estimators[0]}
     for dtype in args.dtypes:
         if ("gpu", dtype) in by:
             g, c = by[("gpu", dtype)], by[("cpu", dtype)]

@@ -90,6 +90,8 @@ def _build_parser() -> _Parser:
                    help="replace the earlier run in a non-empty run directory (its files only)")
     p.add_argument("--keep-chunks", action="store_true",
                    help="keep the chunk files (per-path values) after the run is complete")
+    p.add_argument("--yes", action="store_true",
+                   help="run even when the estimate before the run is over the limit (4 h)")
     p.add_argument("--chunk", type=_chunk, metavar="N",
                    help="outer paths per chunk, >= 2 (default: simulation.chunk, else with --resume the "
                         "interrupted run's, else from free memory)")
@@ -127,7 +129,15 @@ def _build_parser() -> _Parser:
 
 def _cmd_validate(args) -> int:
     config = load_config(args.config)
-    print(f"{args.config}: ok ({config.summary()})")
+    _check_backend(config.run.backend, args, config)
+    line = f"{args.config}: ok ({config.summary()})"
+    if config.counterparty is not None:
+        from cva.backend import resolve_backend
+        from cva.nested import describe_cost, run_cost
+
+        xp, _ = resolve_backend(config.run.backend)
+        line += f"; a run: {describe_cost(run_cost(config, 'cpu' if xp.__name__ == 'numpy' else 'gpu'))}"
+    print(line)
     return EXIT_OK
 
 
@@ -137,7 +147,7 @@ def _check_backend(backend, args, config):
     try:
         resolve_backend(backend)                                   # no GPU for `gpu` is the user's mistake
     except ValueError as exc:
-        where = f"--backend {backend}" if args.backend else f"{args.config}: run.backend"
+        where = f"--backend {backend}" if getattr(args, "backend", None) else f"{args.config}: run.backend"
         raise _UsageError(f"{where}: {exc}") from None
 
 
@@ -175,7 +185,7 @@ def _cmd_run(args) -> int:
         raise _UsageError("cva run: --resume and --overwrite exclude each other (see cva run --help)")
     try:
         result = run(config, out=args.out, backend=backend, resume=args.resume, chunk=args.chunk,
-                     overwrite=args.overwrite, keep_chunks=args.keep_chunks)
+                     overwrite=args.overwrite, keep_chunks=args.keep_chunks, confirm=args.yes)
     except RunDirectoryError as exc:
         raise _UsageError(str(exc)) from None
     except KeyboardInterrupt:
@@ -289,8 +299,8 @@ def _write_json(path, document):
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(document, fh, indent=2)
             fh.write("\n")
-    except OSError as exc:
-        raise _UsageError(f"--json {path}: cannot write: {exc.strerror or exc}") from None
+    except OSError as exc:                                         # a full disk: output, not usage (exit 1)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
     print(f"wrote {path}")
 
 

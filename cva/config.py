@@ -702,10 +702,12 @@ class Simulation(_Section):
         return level_counts(self.inner_paths_for(), self.min_inner_paths)
 
     def inner_paths_for(self, outer_paths: int | None = None) -> int:
-        """Inner paths per (outer path, date): the fixed count, or max(2, round(c sqrt(outer_paths)))."""
+        """Inner paths per (outer path, date): the fixed count, or c sqrt(outer_paths) rounded to the estimator's
+        parts (a multiple of 2 for ``plain``, of 4 for the others, and at least two of them)."""
         if isinstance(self.inner_paths, SqrtOuter):
             n = self.outer_paths if outer_paths is None else outer_paths
-            return max(2, round(self.inner_paths.sqrt_outer * math.sqrt(n)))
+            unit = 2 if self.estimator == "plain" else 4
+            return unit * max(2, round(self.inner_paths.sqrt_outer * math.sqrt(n) / unit))
         return self.inner_paths
 
 
@@ -809,6 +811,39 @@ class Config(_Section):
             problems.append((("simulation", "dates"), f"with the exercise dates of the portfolio the simulation grid "
                                                       f"has {grid.size} dates, more than {limit}: {why}; use fewer "
                                                       "dates or exercise_dates"))
+        return problems or self._overflow_problems(T)
+
+    def _overflow_problems(self, T) -> list[tuple[tuple, str]]:
+        """Inputs whose prices or values leave the run's dtype: a bound on the asset prices (ten standard
+        deviations of the log price up to the horizon), then on each contract's value |q| (K + S), with
+        e^20 to spare for the sums over paths and dates."""
+        dtype = np.dtype(self.run.dtype)
+        room = math.log(float(np.finfo(dtype).max)) - 20.0
+        m, problems = self.market, []
+        log_s = []
+        for a in range(m.d):
+            v = m.vol[a]
+            spread = (abs(m.rate) + abs(m.dividend[a]) + 0.5 * v * v) * T + 10.0 * v * math.sqrt(T)
+            log_s.append(math.log(m.spot[a]) + spread)
+            if log_s[-1] > room:
+                key = "vol" if spread > math.log(m.spot[a]) else "spot"
+                problems.append((("market", key), f"{_show((m.vol if key == 'vol' else m.spot)[a])} (asset {a}) "
+                                                  f"gives asset prices near e^{log_s[-1]:.0f} by the horizon, beyond "
+                                                  f"the {dtype.name} range of the run (e^{room + 20:.0f})"))
+        if problems:
+            return problems
+        for i, c in enumerate(self.portfolio):
+            if c.underlying == "asset":
+                log_u = log_s[c.asset]
+            else:
+                scale = sum(abs(w) for w in c.weights) / abs(sum(c.weights)) if c.underlying == "basket" else 1.0
+                log_u = max(log_s) + math.log(scale)
+            log_value = math.log(abs(c.quantity)) + max(math.log(c.strike), log_u) + math.log(2.0)
+            if log_value > room:
+                key = "quantity" if math.log(abs(c.quantity)) > max(math.log(c.strike), log_u) else "strike"
+                problems.append((("portfolio", i, key), f"{_show(getattr(c, key))} gives contract values near "
+                                                        f"e^{log_value:.0f}, beyond the {dtype.name} range of the run "
+                                                        f"(e^{room + 20:.0f}, with e^20 for the sums over paths)"))
         return problems
 
     # -- derived quantities
@@ -876,8 +911,13 @@ def grid_key(t, T) -> np.ndarray:
 # reading
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys and reads ``1e5`` as a number (YAML 1.2)."""
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """The safe loader (libyaml's C parser where present) that refuses duplicate keys and reads ``1e5`` as a
+    number (YAML 1.2)."""
+
+
+MAX_YAML_BYTES = 1 << 20   # a configuration (with its portfolio) is kilobytes; a larger file is a mistake
+MAX_YAML_DEPTH = 32        # sections nest four deep at most
 
 
 def _construct_mapping(loader, node, deep=False):
@@ -908,9 +948,17 @@ def _read_yaml(path: Path):
     if path.is_dir():
         raise ConfigError(["is a directory, not a YAML file"], src)
     try:
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise ConfigError([f"the file has {size:,} bytes, more than a configuration's limit of "
+                               f"{MAX_YAML_BYTES:,}: is it the right file?"], src)
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"cannot read the file: {getattr(exc, 'strerror', None) or exc}"], src) from None
+    depth = _nesting_depth(text)
+    if depth > MAX_YAML_DEPTH:
+        raise ConfigError([f"the YAML nests {depth} levels deep, more than {MAX_YAML_DEPTH}: a configuration's "
+                           "sections nest four deep"], src)
     try:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
@@ -921,6 +969,21 @@ def _read_yaml(path: Path):
     if data is None:
         raise ConfigError(["the file is empty: a configuration needs at least market and portfolio"], src)
     return data
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest nesting of the YAML's collections, from libyaml's events (no recursion, no objects)."""
+    depth = deepest = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):  # noqa: S506
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                deepest = max(deepest, depth)
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        pass                                             # the loader reports it with its line
+    return deepest
 
 
 def load_config(source) -> Config:

@@ -93,6 +93,45 @@ def bytes_per_outer_path(plan, d, itemsize) -> int:
     return plan.inner_paths * itemsize * (5 * len(plan.grid) * d + 4 * p + 8)
 
 
+#: Inner asset-steps per second, regressions included, as measured here: the quickstart on a 2-core CPU
+#: (7.1e7 steps in 7.1 s) and bench_cva on an H100 (2.2e10 float32 steps of d = 29 in 0.8 s). An estimate's
+#: order of magnitude, not a promise.
+STEP_RATES = {"cpu": 1.0e7, "gpu": 2.0e10}
+#: Runs estimated to take longer than this are refused unless confirmed (``cva run --yes``, ``confirm=True``).
+COST_LIMIT_SECONDS = 4 * 3600
+
+
+def run_cost(cfg, backend: str) -> dict:
+    """What a run will cost before it starts: inner asset-steps (the paths of every level and inner-set part,
+    with ``outer_paths`` on each level of ``mlmc`` as a bound on its allocation), the memory of a chunk's
+    first date per outer path, and a time estimate from :data:`STEP_RATES` on ``backend`` ("cpu" | "gpu")."""
+    plan = build_plan(cfg)
+    steps = 0
+    G = len(plan.grid)
+    exposure = set(int(k) for k in plan.exposure_index)
+    for g in range(G):
+        needs = [int(ix[-1]) for ci, ix in enumerate(plan.exercise_index) if not plan.closed_form[ci]
+                 and g < int(ix[-1]) and (g in exposure or g in ix)]
+        steps += max(needs) - g if needs else 0
+    specs = level_specs(cfg)
+    outer = cfg.simulation.outer_paths
+    per_path = sum(m * (1 + 0.4 * splits) for m, splits in specs)
+    asset_steps = float(outer) * per_path * steps * cfg.d
+    seconds = asset_steps / STEP_RATES[backend]
+    itemsize = np.dtype(cfg.run.dtype).itemsize
+    return {"inner_asset_steps": asset_steps, "seconds": seconds, "backend": backend,
+            "bytes_per_outer_path": bytes_per_outer_path(plan, cfg.d, itemsize), "grid_dates": G}
+
+
+def describe_cost(cost) -> str:
+    """One line: the inner asset-steps, the memory per outer path and the time estimate."""
+    t = cost["seconds"]
+    when = f"{t:.0f} s" if t < 120 else f"{t / 60:.0f} min" if t < 7200 else f"{t / 3600:.1f} h" if t < 172800 \
+        else f"{t / 86400:.0f} days"
+    return (f"about {cost['inner_asset_steps']:.2g} inner asset-steps, {cost['bytes_per_outer_path'] / 2**20:.3g} MiB "
+            f"per outer path of a chunk, of the order of {when} on the {cost['backend']}")
+
+
 def chunk_size(plan, d, itemsize, xp) -> int:
     """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
     one path rounds a basket's average differently, and its values would depend on the chunking)."""
@@ -433,7 +472,7 @@ def _progress(total, initial, enabled):
 
 
 def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, log=None, overwrite=False,
-        keep_chunks=False) -> RunResult:
+        keep_chunks=False, confirm=False) -> RunResult:
     """Run the nested Monte Carlo CVA of ``config`` and write the run directory (:mod:`cva.rundir`).
 
     The estimator (``simulation.estimator``, :mod:`cva.estimators`) removes the bias of the finite inner
@@ -453,6 +492,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     log : callable for the log lines (default: print to stderr).
     overwrite : replace the earlier run in a non-empty ``out`` (else a :class:`~cva.rundir.RunDirectoryError`).
     keep_chunks : keep the chunk files after the run is complete (default: removed).
+    confirm : run even when :func:`run_cost` estimates more than :data:`COST_LIMIT_SECONDS` (else a ValueError).
     """
     from cva import report
 
@@ -467,6 +507,11 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     dtype = np.dtype(cfg.run.dtype)
     if chunk is not None and int(chunk) < 2:
         raise ValueError(f"chunk must be >= 2, got {chunk}")
+    cost = run_cost(cfg, "cpu" if xp is np else "gpu")
+    if cost["seconds"] > COST_LIMIT_SECONDS and not confirm:
+        raise ValueError(f"the run would take {describe_cost(cost)}, over the limit of {COST_LIMIT_SECONDS / 3600:g} "
+                         f"h: confirm with --yes (confirm=True), or lower simulation.outer_paths or inner_paths")
+    log(f"cost: {describe_cost(cost)}")
     out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}")
     if resume and not (out_dir / rundir.MANIFEST).exists():
         rundir.read_manifest(out_dir / rundir.MANIFEST)                      # the one-line "does not exist"

@@ -150,9 +150,10 @@ def test_inner_paths_sqrt_outer():
     cfg = load_config(minimal(simulation={"outer_paths": 10000, "inner_paths": {"sqrt_outer": 4.0}}))
     assert cfg.simulation.inner_paths_for() == 400
     assert cfg.simulation.inner_paths_for(2500) == 200
-    assert cfg.simulation.inner_paths_for(1) == 4
-    tiny = load_config(minimal(simulation={"inner_paths": {"sqrt_outer": 0.01}}))
-    assert tiny.simulation.inner_paths_for(100) == 2
+    assert cfg.simulation.inner_paths_for(1) == 8                     # two quarters' worth at least
+    assert cfg.simulation.inner_paths_for(10001) == 400                # rounded to a multiple of 4
+    tiny = load_config(minimal(simulation={"inner_paths": {"sqrt_outer": 0.01}, "estimator": "plain"}))
+    assert tiny.simulation.inner_paths_for(100) == 4
 
 
 def test_american_default_exercise_dates_and_times():

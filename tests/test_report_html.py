@@ -26,7 +26,7 @@ def test_report_renders_every_image(tmp_path):
     assert "<b>put</b>" not in html and "&lt;b&gt;put&lt;/b&gt;" in html          # user text is escaped
     assert not re.search(r'src="(?!data:)', html)                                   # nothing outside the file
     note = re.search(r'<p class="note" id="inner-bias">(.*?)</p>', html, re.S)
-    assert note and "outer paths only" in note.group(1) and "64 inner paths" in note.group(1)   # what se covers
+    assert note and "64 inner paths" in note.group(1) and "remaining bias" in note.group(1)     # what it covers
     proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                            "--disable-background-networking", "--disable-component-update", "--disable-sync",
                            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
@@ -36,7 +36,7 @@ def test_report_renders_every_image(tmp_path):
     assert body, proc.stderr[-2000:]
     total = int(re.search(r'data-images-total="(\d+)"', body.group(0)).group(1))
     rendered = re.search(r'data-images-rendered="(\d+)"', body.group(0))
-    assert total == 4 and rendered and int(rendered.group(1)) == total, body.group(0)
+    assert total == 5 and rendered and int(rendered.group(1)) == total, body.group(0)
 
 
 @pytest.mark.parametrize("bad", [{"hazard_rate": 0.02, "cds_spreads": {1: 0.01}}, {}])

@@ -1,0 +1,114 @@
+"""No silent nonsense: inputs that overflow the run's dtype, YAML nested too deep or too large, runs too
+large to start, a backend that is not there, output to a full disk: each one line naming what to change."""
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import cva
+from cva.cli import main
+from cva.config import MAX_YAML_BYTES, ConfigError, load_config
+from linalg_gpu._backend import cupy_available
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+
+
+def _base(tmp_path, changes=()):
+    cfg = {"run": {"name": "in", "seed": 1, "backend": "cpu"},
+           "market": {"spot": 100.0, "vol": 0.2, "rate": 0.02},
+           "portfolio": [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 100.0,
+                          "maturity": 1.0, "exercise_dates": 4}],
+           "counterparty": {"recovery": 0.4, "hazard_rate": 0.02},
+           "simulation": {"dates": 4, "outer_paths": 64, "inner_paths": 16},
+           "output": {"dir": str(tmp_path / "out")}}
+    for (section, key), value in dict(changes).items():
+        target = cfg[section][0] if section == "portfolio" else cfg[section]
+        target[key] = value
+    return cfg
+
+
+def _one_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.mark.parametrize("where, value, dtype, words", [
+    (("market", "spot"), 1e308, "float64", "market.spot: 1e+308 (asset 0) gives asset prices near"),
+    (("market", "vol"), 1e308, "float64", "market.vol: 1e+308 (asset 0)"),
+    (("portfolio", "quantity"), 1e308, "float64", "portfolio[0].quantity: 1e+308 gives contract values"),
+    (("portfolio", "strike"), 1e300, "float64", "portfolio[0].strike: 1e+300 gives contract values"),
+    (("portfolio", "strike"), 1e36, "float32", "beyond the float32 range"),
+])
+def test_inputs_that_overflow_are_refused_naming_the_key(tmp_path, capsys, where, value, dtype, words):
+    cfg = _base(tmp_path, {where: value, ("run", "dtype"): dtype})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path)]) == 2
+    line = _one_line(capsys)
+    assert words in line, line
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_large_but_representable_inputs_run(tmp_path):
+    """The check is no tighter than it must be: a strike of 1e100 in float64 runs and gives finite numbers,
+    the CVA scaling with the notional as the homogeneity of Black-Scholes says."""
+    small = cva.run(_base(tmp_path, {("output", "dir"): str(tmp_path / "s")}), progress=False)
+    cfg = _base(tmp_path, {("market", "spot"): 1e102, ("portfolio", "strike"): 1e102})
+    big = cva.run(cfg, progress=False)
+    assert np.isfinite(big.cva) and big.cva == pytest.approx(small.cva * 1e100, rel=1e-6)
+
+
+def test_yaml_nested_too_deep_is_one_line(tmp_path, capsys):
+    path = tmp_path / "deep.yaml"
+    path.write_text("market: " + "[" * 500 + "]" * 500 + "\n")
+    assert main(["validate", str(path)]) == 2
+    assert "nests 501 levels deep, more than 32" in _one_line(capsys)
+
+
+def test_a_huge_yaml_is_refused_before_it_is_parsed(tmp_path, capsys):
+    path = tmp_path / "big.yaml"
+    row = "  - {style: european, payoff: call, underlying: {asset: 0}, strike: 100, maturity: 1}\n"
+    path.write_text("market: {spot: 100, vol: 0.2}\nportfolio:\n" + row * (MAX_YAML_BYTES // len(row) + 10))
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match="more than a configuration's limit"):
+        load_config(path)
+    assert time.perf_counter() - t0 < 30                       # not parsed (a bound on a hang, not a timing)
+
+
+def test_a_run_too_large_is_refused_before_any_work(tmp_path, capsys):
+    cfg = _base(tmp_path, {("simulation", "outer_paths"): 4294967295, ("simulation", "inner_paths"): 1024})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path)]) == 2
+    line = _one_line(capsys)
+    assert "inner asset-steps" in line and "over the limit of 4 h: confirm with --yes" in line
+    assert not any((tmp_path / "out").glob("*"))
+    with pytest.raises(ValueError, match="confirm=True"):
+        cva.run(cfg, progress=False)
+
+
+def test_validate_prints_the_estimate_and_checks_the_backend(tmp_path, capsys):
+    assert main(["validate", str(QUICKSTART)]) == 0
+    out = capsys.readouterr().out
+    assert "a run: about" in out and "inner asset-steps" in out
+    cfg = yaml.safe_load(QUICKSTART.read_text())
+    cfg["run"]["backend"] = "gpu"
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    if cupy_available():
+        assert main(["validate", str(path)]) == 0
+    else:
+        assert main(["validate", str(path)]) == 2
+        assert "run.backend: backend 'gpu' asked for, but CuPy finds no CUDA device" in _one_line(capsys)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="/dev/full is a Linux device")
+def test_price_json_to_a_full_disk_exits_1(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_base(tmp_path, {("simulation", "pricing_paths"): 100})))
+    assert main(["price", str(path), "--json", "/dev/full"]) == 1
+    assert capsys.readouterr().err.strip().endswith("cva: cannot write /dev/full: No space left on device")
