@@ -92,6 +92,11 @@ def _build_parser() -> _Parser:
                    help="keep the chunk files (per-path values) after the run is complete")
     p.add_argument("--yes", action="store_true",
                    help="run even when the estimate before the run is over the limit (4 h)")
+    p.add_argument("--seed", type=_integer_in(0, 2**32 - 1), metavar="N", help="override run.seed")
+    p.add_argument("--outer", type=_paths, metavar="N", help="override simulation.outer_paths")
+    p.add_argument("--inner", type=_paths, metavar="N", help="override simulation.inner_paths")
+    p.add_argument("--dtype", choices=("float32", "float64"), help="override run.dtype")
+    p.add_argument("--estimator", choices=("extrapolated", "mlmc", "plain"), help="override simulation.estimator")
     p.add_argument("--chunk", type=_chunk, metavar="N",
                    help="outer paths per chunk, >= 2 (default: simulation.chunk, else with --resume the "
                         "interrupted run's, else from free memory)")
@@ -172,8 +177,23 @@ def _check_run_dir(args, config):
         raise _UsageError(f"{where}: cannot use it as the run directory: {exc.strerror or exc}") from None
 
 
+def _with_overrides(config, args):
+    """The config with the command line's --seed, --outer, --inner, --dtype, --estimator (validated again: a
+    ConfigError names the key)."""
+    keys = {("run", "seed"): args.seed, ("simulation", "outer_paths"): args.outer,
+            ("simulation", "inner_paths"): args.inner, ("run", "dtype"): args.dtype,
+            ("simulation", "estimator"): args.estimator}
+    if all(v is None for v in keys.values()):
+        return config
+    data = config.to_dict()
+    for (section, key), value in keys.items():
+        if value is not None:
+            data.setdefault(section, {})[key] = value
+    return load_config(data)
+
+
 def _cmd_run(args) -> int:
-    config = load_config(args.config)
+    config = _with_overrides(load_config(args.config), args)
     config.require_counterparty()
     backend = args.backend or config.run.backend
     _check_backend(backend, args, config)
@@ -192,12 +212,16 @@ def _cmd_run(args) -> int:
         again = ["cva", "run", args.config, "--out", args.out or config.output.dir, "--resume"]
         again += ["--backend", args.backend] if args.backend else []
         again += ["--chunk", str(args.chunk)] if args.chunk else []
+        for flag in ("seed", "outer", "inner", "dtype", "estimator"):
+            again += [f"--{flag}", str(getattr(args, flag))] if getattr(args, flag) is not None else []
         print(f"cva: interrupted; the finished chunks are saved: continue with {shlex.join(again)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     lo, hi = result.ci
-    print(f"CVA = {result.cva:.6g} +- {result.stderr:.3g} (95% interval [{lo:.6g}, {hi:.6g}]); "
-          f"EPE {result.summary['EPE']:.6g}, EEPE {result.summary['EEPE']:.6g}; "
-          f"{result.summary['elapsed_seconds']:.1f} s on {result.summary['device']}")
+    s = result.summary
+    bias = f"inner-sample bias {s['bias_estimate']:.3g} {'left in' if s['estimator'] == 'plain' else 'removed'}"
+    print(f"CVA = {result.cva:.6g} +- {result.stderr:.3g} ({s['estimator']}, {bias}; 95% interval with the remaining "
+          f"bias [{lo:.6g}, {hi:.6g}]); EPE {s['EPE']:.6g}, EEPE {s['EEPE']:.6g}; "
+          f"{s['elapsed_seconds']:.1f} s on {s['device']}")
     print(f"report: {result.out_dir / 'report.html'}")
     return EXIT_OK
 

@@ -304,6 +304,13 @@ class RunResult:
     contributions: np.ndarray = field(repr=False)     # (N,) their per-path CVA contributions
     levels: list = field(repr=False, default_factory=list)   # [cva.estimators.Level]
 
+    def __repr__(self):
+        s = self.summary
+        return (f"RunResult(cva={self.cva:.6g} +- {self.stderr:.3g}, "
+                f"95% interval [{self.ci[0]:.6g}, {self.ci[1]:.6g}], estimator={s.get('estimator')!r}, "
+                f"outer_paths={s.get('outer_paths')}, "
+                f"inner_paths={s.get('inner_paths')}, out_dir={str(self.out_dir) if self.out_dir else None!r})")
+
 
 def level_specs(cfg) -> list[tuple[int, int]]:
     """(inner paths, splits) per level of the config's estimator (:mod:`cva.estimators`)."""

@@ -255,7 +255,7 @@ def test_out_of_memory_names_the_path_count(run_config, capsys, monkeypatch):
     assert "Traceback" not in err
     line = err.strip().splitlines()[-1]                                         # after the run's log line
     assert line.startswith(f"{run_config}: out of memory")
-    assert "level 0 (4 outer x 2 inner paths" in line and "simulation.inner_paths" in line and "--chunk" in line
+    assert "level 0 (4 outer x 8 inner paths" in line and "simulation.inner_paths" in line and "--chunk" in line
     assert np.isfinite(float(line.split("about ")[1].split(" GiB")[0]))
 
 

@@ -112,3 +112,23 @@ def test_price_json_to_a_full_disk_exits_1(tmp_path, capsys):
     path.write_text(yaml.safe_dump(_base(tmp_path, {("simulation", "pricing_paths"): 100})))
     assert main(["price", str(path), "--json", "/dev/full"]) == 1
     assert capsys.readouterr().err.strip().endswith("cva: cannot write /dev/full: No space left on device")
+
+
+def test_run_overrides_on_the_command_line(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_base(tmp_path)))
+    assert main(["run", str(path), "--seed", "9", "--outer", "40", "--inner", "8", "--dtype", "float32",
+                 "--estimator", "plain"]) == 0
+    s = yaml.safe_load((tmp_path / "out" / "summary.json").read_text())
+    assert (s["seed"], s["outer_paths"], s["inner_paths"], s["dtype"], s["estimator"]) == (9, 40, 8, "float32", "plain")
+    assert "(plain, inner-sample bias" in capsys.readouterr().out
+    assert main(["run", str(path), "--overwrite", "--inner", "6"]) == 2
+    assert "simulation.inner_paths: estimator extrapolated splits" in _one_line(capsys)
+
+
+def test_quiet_run_and_short_repr(tmp_path, capfd):
+    res = cva.run(_base(tmp_path), progress=False)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    text = repr(res)
+    assert len(text) < 300 and text.startswith("RunResult(cva=") and "estimator='extrapolated'" in text
