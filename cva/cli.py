@@ -1,5 +1,5 @@
-"""The ``cva`` command line: ``cva run CONFIG``, ``cva price CONFIG``, ``cva validate CONFIG`` and
-``cva bench CONFIG``.
+"""The ``cva`` command line: ``cva run CONFIG``, ``cva price CONFIG``, ``cva validate CONFIG``,
+``cva bench CONFIG`` and ``cva schema``.
 
 A user's mistake (a bad path, an invalid config, a bad option value, a run too large for the
 memory) exits with status 2 and one line per problem on stderr, without a traceback; output that
@@ -107,6 +107,12 @@ def _build_parser() -> _Parser:
     p.add_argument("config", metavar="CONFIG", help="the YAML configuration")
     p.set_defaults(func=_cmd_validate, parser=p)
 
+    p = sub.add_parser("schema", help="the configuration reference (markdown), generated from the config models",
+                       description="Print the configuration reference, every key with its type, bounds, default and "
+                                   "meaning, or write it with --out (the repository keeps it in docs/config.md).")
+    p.add_argument("--out", metavar="FILE", help="write it to FILE instead of printing it")
+    p.set_defaults(func=_cmd_schema, parser=p)
+
     p = sub.add_parser("price", help="price every contract at t = 0 by plain LSM (ignores the counterparty)",
                        description="Price every contract of CONFIG at t = 0 by Longstaff-Schwartz on "
                                    "simulation.pricing_paths paths.")
@@ -130,6 +136,21 @@ def _build_parser() -> _Parser:
     p.add_argument("--json", metavar="FILE", help="also write the runs and the machine as JSON")
     p.set_defaults(func=_cmd_bench, parser=p)
     return parser
+
+
+def _cmd_schema(args) -> int:
+    from cva.schema import markdown
+
+    text = markdown() + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        Path(args.out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), args.out) from None
+    print(f"wrote {args.out}")
+    return EXIT_OK
 
 
 def _cmd_validate(args) -> int:

@@ -244,7 +244,7 @@ struct RowsSlot {
     // copies, by cp.async (sm_80+): every load of the warp is in flight at once and holds no
     // register (the loads into registers left the kernels waiting on HBM with few loads in flight).
     // Lane l copies entries l, l + 32, ... of the warp's block, so that each copy instruction moves
-    // 32 contiguous entries. Until session 31 a lane copied whole rows where N neither divides 32 nor
+    // 32 contiguous entries. Until 2026-11-24 09:58 a lane copied whole rows where N neither divides 32 nor
     // is a multiple of it (32 rows per instruction); measured on the H100 against that (kernel ms,
     // 2^20 systems up to n = 24, else 2^18, outputs bitwise equal): LDL^T float64 n = 20 3.02 -> 2.57,
     // 24 4.20 -> 2.90, 40 4.62 -> 3.91, 48 6.29 -> 5.01, 56 7.34 -> 6.12, 60 7.92 -> 7.40; float32

@@ -6,7 +6,7 @@
 // At n = 8 one thread holds the 36 entries of the upper triangle and the 64 of V, and no step needs a
 // shuffle or a barrier (eigh_small.cu gives a system N threads that meet in reductions at every step).
 // Measured (H100, 2^17 systems, kernel, one process): float32 n = 8 0.182 ms against 0.404 for
-// eigh_small.cu, float64 0.443 against 0.841 (session 14); above n = 8 (session 30, 128 threads per block,
+// eigh_small.cu, float64 0.443 against 0.841 (2026-11-23 09:39); above n = 8 (2026-11-24 08:46, 128 threads per block,
 // random and SPD matrices): float32 n = 9 0.293 against 1.898, n = 10 0.375 / 1.938, n = 11 0.783 / 2.100
 // (255 registers and 136 bytes of spills), n = 12 1.025 / 2.441; float64 n = 9 1.146 / 3.704 (560 bytes of
 // spills), n = 10 1.645 / 3.679, n = 11 4.436 / 4.371, n = 12 5.591 / 4.251. eigh_small.cu gives n = 9 ... 16

@@ -133,7 +133,7 @@ __host__ __device__ constexpr bool packed_reflectors() { return N > 32; }
 // phases of 8 (unrolled, they were 1.4k instructions of straight code at N = 32). u_r: column r of W
 // (rows < r), or the packed rows of move_reflectors. (A loop over W and M in shared memory was bound
 // by its shared-memory traffic in float32: H100, 2^17 systems, N = 64: about 27 ms with the
-// reflectors' way back; float64 ran it until session 28, see tridiagonalize_row_regs.)
+// reflectors' way back; float64 ran it until 2026-11-24 05:44, see tridiagonalize_row_regs.)
 template <typename T, int N, int S>
 __device__ void apply_q_columns(const T* W, const T* beta, T* M, int c, bool active)
 {

@@ -9,7 +9,7 @@
 #include "common.cuh"
 
 // The register-row reduction runs in rolled loops (rolled_hh_steps) for a warp per system and
-// N > 16 (float64 17 <= N <= 32 has W = 32, R = 1: rolled since session 19, outputs bitwise equal,
+// N > 16 (float64 17 <= N <= 32 has W = 32, R = 1: rolled since 2026-11-23 20:14, outputs bitwise equal,
 // kernel 2^20 systems float64 N = 24 15.18 -> 14.12 ms, N = 32 19.06 -> 18.38; the unrolled code of
 // N = 32 was 160 KB, rolled 50 KB; register caps of 3 blocks or none were slower: N = 32 21.1 and
 // 27.5 ms); unrolled below. Measured on the H100 (Householder + PCR kernel, 2^18 systems, against the
@@ -716,7 +716,7 @@ __device__ __forceinline__ void residual_row(const T* Ws, const T* Ag, const T* 
 // system whose input is not finite is reduced as zero. On exit, as tridiagonalize_row_regs: d, e, beta,
 // u_r in column r of W above the diagonal; the lower triangle of W is the input. bi: the nrhs
 // right-hand sides of row i. Returns whether the input is finite.
-// Unrolled (until session 19), the reduction was 5.6k of the 13.2k instructions of
+// Unrolled (until 2026-11-23 20:14), the reduction was 5.6k of the 13.2k instructions of
 // eigh_small<float, 32>, straight code run once per system, and "no instruction" (instruction cache
 // misses) was 44 % of the kernel's stall samples; float64 N = 32: 16.8k instructions, 58 %. With the
 // rolled steps, the rolled back-transformation (apply_q_columns) and two merge_row bounds: 5.4k and

@@ -72,7 +72,7 @@ __device__ __forceinline__ void pcr_rows(T (&d)[R], T (&c)[R], T (&v)[R], int q)
 // Blocks of 128 threads per SM for __launch_bounds__ of householder_pcr_solve, that is a register cap:
 // 4 (128 registers), but 2 (255) where a lane's R = ceil(N / W) rows take 448 bytes or more (float64
 // N = 14-16 and 19-24 at the lanes of _hh_lanes), none for float32 N <= 8 and for N > 32, and 3 (168) for
-// float32 N > 40. Swept on the H100 (2^20 systems, kernel ms, session 30), cap 255 / 128: float64 N = 16
+// float32 N > 40. Swept on the H100 (2^20 systems, kernel ms, 2026-11-24 08:46), cap 255 / 128: float64 N = 16
 // (W = 4, 512 bytes) 2.24 / 3.39, N = 14 (W = 4, 448) 2.12 / 2.23, N = 13 (W = 4, 416) 1.95 / 1.75, N = 12
 // (W = 4) 1.66 / 1.27, N = 10 (W = 4) 1.00 / 0.84, N = 8 (W = 2) 0.45 / 0.40, N = 18 (W = 8, 432) 4.78 /
 // 4.36, N = 20 (W = 8, 480) 5.72 / 6.18, N = 22 (W = 8) 6.52 / 12.63, N = 24 (W = 8) 9.95 / 22.7, N = 32

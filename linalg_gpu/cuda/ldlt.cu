@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(128) ldlt_solve(
 // Measured (kernel, 2^18 systems, H100) against ldlt_solve: float32 N = 64 3.92 against 5.43 ms,
 // N = 56 4.56 against 5.02, N = 48 4.05 against 3.37; float64 N = 64 10.7 against 18.6, N = 56 8.14
 // against 13.8, N = 48 7.04 against 7.41. Two warps per system (one row per thread, a named barrier
-// per step) gave float64 N = 64 10.5 ms, N = 56 11.0: not kept. Session 13 (one warp per block, the
+// per step) gave float64 N = 64 10.5 ms, N = 56 11.0: not kept. 2026-11-23 08:48 (one warp per block, the
 // first right-hand side by cp.async with A, the pivot's reciprocal from next_pivot): float64 N = 64
 // 7.52 ms, float32 3.56 ms (one process against the same kernel before these changes, 32 threads per
 // block: 7.99 and 3.88 ms; with 128 threads 10.4 and 3.99 ms).

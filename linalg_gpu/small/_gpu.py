@@ -88,7 +88,7 @@ def _systems_per_block(n, per_system_bytes, regs, device_id, max_threads=256, lo
     systems run the same steps together), 2^16 systems n = 52 1: 16.38, 2: 12.98, n = 60 1: 21.40, 2: 17.51;
     eig_truncate_solve float32 n = 64 1: 24.45, 2: 23.67, float64 1: 73.20, 2: 75.15; eigh_small float64
     n = 64 1: 113.6, 3: 122.3, n = 56 1: 103.3, 3: 109.5 (W in shared memory then; with float64's register
-    rows, session 28, both tie-breaks picked the same blocks at n = 33, 40, 48, 56 and 64)."""
+    rows, 2026-11-24 05:44, both tie-breaks picked the same blocks at n = 33, 40, 48, 56 and 64)."""
     lanes = _lanes(n)
     step = 32 // lanes if n <= 32 else 1
     top = max(step, THREADS // lanes if n <= 32 else max_threads // n)
@@ -199,7 +199,7 @@ _LDLT_LANES_MEASURED = {(32, 8): 8}
 # instruction cache), per itemsize; measured on the H100 (kernel, 2^18 systems), ldlt_solve (128 threads
 # per block) against ldlt_solve_rolled (32): float32 n = 48 3.26 against 3.84 ms, n = 49 3.81 against
 # 3.24; float64 n = 40 4.75 against 5.04, n = 41 4.91 against 4.69, n = 44 5.76 against 5.18, n = 47 6.06
-# against 5.47, n = 48 7.24 against 6.67 (2026-11-23, session 13; in session 10, with 128 threads for
+# against 5.47, n = 48 7.24 against 6.67 (2026-11-23, 2026-11-23 08:48; on 2026-11-23 06:12, with 128 threads for
 # both, n = 56 and 64 were 1.1-1.7x faster rolled).
 LDLT_ROLLED_ABOVE = {4: 48, 8: 40}
 
@@ -259,7 +259,7 @@ def _hh_lanes(n, itemsize):
     n = 32, 1 in float64 (above 32: W = 32, R = 2). The register cap goes with it (hh_min_blocks in
     cuda/householder_pcr.cu: 255 registers where a lane's rows take 448 bytes or more, else 128).
 
-    From a sweep of W and the cap on the H100 (2^20 SPD systems, kernel ms, session 30; the best W, then in
+    From a sweep of W and the cap on the H100 (2^20 SPD systems, kernel ms, 2026-11-24 08:46; the best W, then in
     parentheses the former rule's where it differed, or the runner-up): float64 n = 8 W = 2 0.40; n = 12 W = 4 1.27
     (W = 8 1.90); n = 13 W = 4 1.75 (W = 8 2.14); n = 16 W = 4 2.24 (W = 8 2.57); n = 18 W = 8 4.36 (W = 32 9.40);
     n = 20 W = 8 5.72 (W = 32 10.95); n = 24 W = 8 9.95 (W = 32 14.13); n = 28 W = 32 16.97 (W = 16 18.30); n = 32
@@ -330,8 +330,8 @@ def eig_truncate_stage(A, b, cond_max):
 # eigh_small on the GPU: the thread-per-system Jacobi kernel (cuda/eigh_jacobi.cu) for n <= EIGH_JACOBI_MAX_N
 # (by itemsize), Householder + divide and conquer (cuda/eigh_small.cu) above. Measured on the H100 (2^17 random
 # symmetric systems, kernel ms, Jacobi against divide and conquer, one process): float32 n = 4 0.041 / 0.101,
-# n = 8 0.182 / 0.404; float64 n = 4 0.074 / 0.174, n = 8 0.443 / 0.841 (session 14); float32 n = 9 0.29 /
-# 1.90, n = 12 1.03 / 2.44; float64 n = 9 1.15 / 3.70, n = 10 1.64 / 3.68, n = 11 4.44 / 4.37 (session 30; the
+# n = 8 0.182 / 0.404; float64 n = 4 0.074 / 0.174, n = 8 0.443 / 0.841 (2026-11-23 09:39); float32 n = 9 0.29 /
+# 1.90, n = 12 1.03 / 2.44; float64 n = 9 1.15 / 3.70, n = 10 1.64 / 3.68, n = 11 4.44 / 4.37 (2026-11-24 08:46; the
 # kernel's registers spill from float32 n = 11 and float64 n = 9 on).
 EIGH_JACOBI_MAX_N = {4: 12, 8: 10}
 
