@@ -723,9 +723,10 @@ class Regression(_Section):
 
 
 class Output(_Section):
-    """``output``: the run directory (default ``reports/<run.name>``)."""
+    """``output``: the run directory (default ``reports/<run.name>``) and the PFE quantile of the report."""
 
     dir: str | None = Field(None, min_length=1)
+    pfe_quantile: Num = Field(0.975, gt=0, lt=1, description="the quantile of the PFE, in (0, 1)")
 
 
 _OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output")

@@ -128,9 +128,17 @@ class Counterparty:
     @classmethod
     def from_config(cls, cp, rate: float) -> Counterparty:
         if cp.hazard_rate is not None:
-            return cls(cp.recovery, HazardCurve.flat(cp.hazard_rate), f"flat hazard {cp.hazard_rate:g}")
+            return cls(cp.recovery, HazardCurve.flat(cp.hazard_rate), f"flat hazard rate {cp.hazard_rate:g} per year")
         if cp.hazards is not None:
             return cls(cp.recovery, HazardCurve(cp.hazards.times, cp.hazards.rates),
-                       f"piecewise hazards {list(cp.hazards.rates)} to {list(cp.hazards.times)}")
+                       f"piecewise-constant hazard rates {_pieces(cp.hazards.times, cp.hazards.rates)}")
         curve = HazardCurve.from_cds(dict(cp.cds_spreads), cp.recovery, rate)
-        return cls(cp.recovery, curve, f"hazards bootstrapped from CDS spreads {dict(cp.cds_spreads)}")
+        quotes = ", ".join(f"{float(t):g}y {1e4 * float(s):.4g} bp"
+                           for t, s in sorted(cp.cds_spreads.items(), key=lambda kv: float(kv[0])))
+        return cls(cp.recovery, curve, f"CDS par spreads {quotes}; bootstrapped hazard rates "
+                                       f"{_pieces(curve.times, curve.rates)}")
+
+
+def _pieces(times, rates) -> str:
+    """``0.01 to 1y, 0.02 to 3y (flat beyond)``: a piecewise-constant hazard curve in words."""
+    return ", ".join(f"{r:.4g} to {t:g}y" for t, r in zip(times, rates, strict=True)) + " (flat beyond)"

@@ -44,6 +44,8 @@ class LSMResult:
     reports : per exercise date but the last, the :class:`linalg_gpu.SolverReport`.
     conditions : per exercise date but the last, sampled condition numbers (host arrays), if asked.
     exercised : (N,) fraction of all paths that exercise at each date.
+    parts : with ``splits`` = s, per depth 1 .. s the (B, 2^depth) values of the sets' equal parts, each
+        part regressed and exercised on its own paths.
     """
 
     value: object
@@ -53,6 +55,7 @@ class LSMResult:
     reports: list = field(default_factory=list)
     conditions: list = field(default_factory=list)
     exercised: np.ndarray | None = None
+    parts: list = field(default_factory=list)
 
 
 def _check(S, times, t0):
@@ -66,7 +69,7 @@ def _check(S, times, t0):
 
 
 def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=None, itm_only=True,
-                       memory=None, keys=None, timings=None, condition_sample=0, regression_dtype=None):
+                       memory=None, keys=None, timings=None, condition_sample=0, regression_dtype=None, splits=0):
     """Price the Bermudan claim with exercise dates ``times`` on each of B path sets.
 
     Parameters
@@ -97,6 +100,11 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         The precision of the regression: the regressors (from S cast to it), the normal equations, the
         solves and the continuation values. Default: S's dtype. float64 for float32 paths is for
         bases whose normal equations float32 cannot hold (:func:`cva.basis.regression_dtype`).
+    splits : int, default 0
+        Also price each set's 2, 4, ..., 2^splits equal parts (paths in order) on their own, into
+        ``result.parts`` (the inner sets of :mod:`cva.estimators`): the Gram matrices of the finest parts
+        are formed once and averaged for the coarser ones, the right-hand sides, solves and exercise
+        decisions are each part's own. The reports, conditions and coefficients are the whole sets'.
 
     Returns
     -------
@@ -108,6 +116,9 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     solver = dict(solver or {})
     keys = list(times) if keys is None else list(keys)
     V = payoff_fn(S[:, :, N - 1])                                                   # (B, M)
+    if M % 2 ** splits or M // 2 ** splits < 1:
+        raise ValueError(f"splits={splits} needs M a multiple of {2 ** splits}, got M = {M}")
+    Vs = [V] * (splits + 1)                                                         # per depth: its parts' cashflows
     exercised = np.zeros(N)
     exercised[N - 1] = float((V > 0).mean())
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
@@ -117,36 +128,100 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     if rdt not in (np.float32, np.float64):
         raise ValueError(f"regression_dtype must be float32 or float64, got {regression_dtype!r}")
     for j in range(N - 2, -1, -1):
-        V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
+        Vs = [v * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j]))) for v in Vs]
         Sj = S[:, :, j].astype(rdt, copy=False)                                     # (B, M, d)
         h = payoff_fn(Sj)                                                           # (B, M)
         mask = h > 0 if itm_only else None
-        Vr = V.astype(rdt, copy=False)
-        if affine:
-            A, b = _affine_normal_equations(xp, Sj, basis_fn, h, Vr, mask)
+        Vr = [v.astype(rdt, copy=False) for v in Vs]
+        X = None if affine else basis_fn(Sj, h)                                     # (B, M, p)
+        if splits:
+            As, bs = _split_normal_equations(xp, Sj, X, basis_fn, h, Vr, mask)
         else:
-            X = basis_fn(Sj, h)                                                     # (B, M, p)
-            A, b = _normal_equations(xp, X, Vr, mask)                               # (B, p, p), (B, p)
+            A, b = (_affine_normal_equations(xp, Sj, basis_fn, h, Vr[0], mask) if affine
+                    else _normal_equations(xp, X, Vr[0], mask))                     # (B, p, p), (B, p)
+            As, bs = [A], [b]
+        A = As[0]
         clock("assembly")
         if condition_sample:
             w = xp.linalg.eigvalsh(A[:condition_sample])                           # (k, p) ascending
             low, high = xp.abs(w[:, 0]), xp.abs(w[:, -1])
             conditions[j] = _host(xp.where(low > 0, high / xp.where(low > 0, low, 1), xp.inf))   # singular: inf
             clock("conditions")
-        kw = {"memory": memory, "key": keys[j]} if memory is not None else {}
-        beta, reports[j] = lg.solve_small(A, b, return_report=True, assume_symmetric=True, **solver, **kw)
+        betas = []
+        for depth in range(splits + 1):
+            key = keys[j] if depth == 0 else f"{keys[j]}:{depth}"
+            kw = {"memory": memory, "key": key} if memory is not None else {}
+            beta, rep = lg.solve_small(As[depth], bs[depth], return_report=True, assume_symmetric=True, **solver, **kw)
+            betas.append(beta)
+            reports[j] = rep if depth == 0 else reports[j]
         clock("solve")
-        C = _affine_fitted(Sj, basis_fn, h, beta) if affine else (X @ beta[..., None])[..., 0]  # (B, M)
-        ex = (h > 0) & (h >= C)
-        exercised[j] = float(ex.mean())
-        V = xp.where(ex, h.astype(S.dtype, copy=False), V)
-        coefficients[j] = beta
+        for depth, beta in enumerate(betas):
+            n = 2 ** depth
+            if affine:
+                C = _affine_fitted(_parts(Sj, n), basis_fn, _parts(h, n), beta)
+            else:
+                C = (_parts(X, n) @ beta[..., None])[..., 0]
+            ex = (h > 0) & (h >= C.reshape(B, M))
+            exercised[j] = float(ex.mean()) if depth == 0 else exercised[j]
+            Vs[depth] = xp.where(ex, h.astype(S.dtype, copy=False), Vs[depth])
+        coefficients[j] = betas[0]
         clock("exercise")
-    V = V * S.dtype.type(np.exp(-rate * (times[0] - t0)))                          # (B, M) at t0
+    Vs = [v * S.dtype.type(np.exp(-rate * (times[0] - t0))) for v in Vs]          # (B, M) at t0
+    V = Vs[0]
     value, stderr = V.mean(axis=1), V.std(axis=1, ddof=1) / np.sqrt(M)
+    parts = [Vs[depth].reshape(B, 2 ** depth, M // 2 ** depth).mean(axis=2) for depth in range(1, splits + 1)]
     clock("exercise")
     return LSMResult(value=value, stderr=stderr, cashflow=V, coefficients=coefficients, reports=reports,
-                     conditions=conditions, exercised=exercised)
+                     conditions=conditions, exercised=exercised, parts=parts)
+
+
+def _parts(a, n):
+    """(B, M, ...) as (B n, M / n, ...): each set's n equal parts of consecutive paths (a view where the
+    strides allow)."""
+    B, M = a.shape[:2]
+    return a.reshape((B * n, M // n) + a.shape[2:])
+
+
+def _split_normal_equations(xp, Sj, X, basis, h, Vs, mask):
+    """Per depth 0 .. s the normal equations (B 2^depth, p, p), (B 2^depth, p) of each set's 2^depth parts:
+    the finest parts' Gram matrices once, the coarser ones as their means (the Gram matrix of a union of
+    paths is the sum of its parts'; each A carries 1 / paths), the right-hand sides from each depth's own
+    cashflows ``Vs[depth]``; a part with no regression path gets A = I, b = 0."""
+    s = len(Vs) - 1
+    n = 2 ** s
+    mk = None if mask is None else _parts(mask, n)
+    if X is None:
+        A_f, b_f = _affine_normal_equations(xp, _parts(Sj, n), basis, _parts(h, n), _parts(Vs[s], n), mk, empty=False)
+    else:
+        A_f, b_f = _normal_equations(xp, _parts(X, n), _parts(Vs[s], n), mk, empty=False)
+    B = h.shape[0]
+    As, bs = [], []
+    for depth in range(s + 1):
+        k = 2 ** depth
+        if depth == s:
+            A, b = A_f, b_f
+        else:
+            A = A_f.reshape((B * k, n // k) + A_f.shape[1:]).mean(axis=1)
+            b = _rhs(xp, _parts(Sj, k) if X is None else _parts(X, k), basis, _parts(h, k), _parts(Vs[depth], k),
+                     None if mask is None else _parts(mask, k), affine=X is None)
+        A, b = _identity_where_empty(xp, A, b, None if mask is None else _parts(mask, k))
+        As.append(A)
+        bs.append(b)
+    return As, bs
+
+
+def _rhs(xp, Z, basis, h, V, mask, *, affine):
+    """b = psi^T (w V) / M per set: ``Z`` the regressors X (B, M, p), or with ``affine`` the slice S (B, M, d)
+    of psi = (1, S / scale[, h / c])."""
+    M = V.shape[1]
+    w = V if mask is None else V * mask
+    if not affine:
+        return (w[:, None, :] @ Z)[:, 0] / Z.dtype.type(M)
+    inv = xp.asarray(basis.inverse_scale(Z.shape[2]), dtype=Z.dtype)
+    cols = [w.sum(axis=1)[:, None] / Z.dtype.type(M), strided.gram(w[..., None], Z, alpha=1.0 / M)[:, 0] * inv]
+    if basis.payoff_regressor:
+        cols.append((w * basis.payoff_column(h)).sum(axis=1)[:, None] / Z.dtype.type(M))
+    return xp.concatenate(cols, axis=1)
 
 
 class StageClock:
@@ -172,8 +247,9 @@ class StageClock:
             self.t = time.perf_counter()
 
 
-def _normal_equations(xp, X, V, mask):
-    """The (B, p, p) normal equations of one date; a set with no regression path gets A = I, b = 0."""
+def _normal_equations(xp, X, V, mask, empty=True):
+    """The (B, p, p) normal equations of one date; with ``empty``, a set with no regression path gets A = I,
+    b = 0."""
     B, M, p = X.shape
     Xw = X if mask is None else X * mask[..., None]                                 # (B, M, p)
     XwT = Xw.transpose(0, 2, 1)                                                     # (B, p, M)
@@ -185,7 +261,7 @@ def _normal_equations(xp, X, V, mask):
         XwT = xp.ascontiguousarray(XwT)
     A = (XwT @ X) / X.dtype.type(M)                                                 # (B, p, p)
     b = (XwT @ V[..., None])[..., 0] / X.dtype.type(M)                             # (B, p)
-    return _identity_where_empty(xp, A, b, mask)
+    return _identity_where_empty(xp, A, b, mask) if empty else (A, b)
 
 
 def _identity_where_empty(xp, A, b, mask):
@@ -198,7 +274,7 @@ def _identity_where_empty(xp, A, b, mask):
     return A, b
 
 
-def _affine_normal_equations(xp, S, basis, h, V, mask):
+def _affine_normal_equations(xp, S, basis, h, V, mask, empty=True):
     """:func:`_normal_equations` of the affine basis psi = (1, S / scale[, h / c]) from the slice S (B, M, d)
     as it lies, written block by block into A and b: the x block by one strided Gram of S (cuBLAS,
     :mod:`linalg_gpu.strided`), the rows of F = w (1, [h / c], V) against x by a second, the rest by sums of
@@ -232,7 +308,7 @@ def _affine_normal_equations(xp, S, basis, h, V, mask):
             A[:, r, q] = sums[i][:, k] / dt(M)
         b[:, r] = sums[i][:, e] / dt(M)
     b[:, 1:d + 1] = T[:, e]
-    return _identity_where_empty(xp, A, b, mask)
+    return _identity_where_empty(xp, A, b, mask) if empty else (A, b)
 
 
 def _affine_fitted(S, basis, h, beta):

@@ -8,9 +8,10 @@ survival curve S and recovery R (paper 001, section 2),
 estimated by the mean over l of the per-path contributions
 c_l = (1 - R) sum_k D(t_k) P^+(l, k) (S(t_{k-1}) - S(t_k)), whose sample standard deviation
 gives the standard error and a 95% interval. The exposure profile per date: EE = E[P^+],
-ENE = E[P^-] (reported as a negative number), PFE = the 97.5% quantile of P^+; EPE is the time
-average of EE over (0, T], EEPE the Basel effective EPE: the time average over the first year
-(or the horizon, if shorter) of the effective EE, the running maximum of EE.
+ENE = E[P^-] (reported as a negative number), PFE = a high quantile of P^+ (``output.pfe_quantile``,
+default :data:`PFE_LEVEL`); EPE is the time average of EE over (0, T], EEPE the Basel effective EPE:
+the time average over the first year (or the horizon, if shorter) of the effective EE, the running
+maximum of EE.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 Z95 = 1.959963984540054
-PFE_LEVEL = 0.975
+PFE_LEVEL = 0.975             # the default of output.pfe_quantile
 
 
 def cva_contributions(P, dates, rate, default_probs, recovery):
@@ -37,8 +38,8 @@ def cva_estimate(contrib) -> dict:
     return {"cva": m, "stderr": se, "ci_low": m - Z95 * se, "ci_high": m + Z95 * se}
 
 
-def exposure_profile(P, dates) -> pd.DataFrame:
-    """Per date: EE, ENE, PFE (97.5%), EE's standard error, the mean value and the paths."""
+def exposure_profile(P, dates, quantile=PFE_LEVEL) -> pd.DataFrame:
+    """Per date: EE, EE's standard error, ENE, PFE (the ``quantile`` of P^+) and the mean value."""
     P = np.asarray(P, dtype=np.float64)
     pos, neg = np.maximum(P, 0.0), np.minimum(P, 0.0)
     n = P.shape[0]
@@ -47,7 +48,7 @@ def exposure_profile(P, dates) -> pd.DataFrame:
         "EE": pos.mean(0),
         "EE_stderr": pos.std(0, ddof=1) / np.sqrt(n) if n > 1 else np.nan,
         "ENE": neg.mean(0),
-        "PFE": np.quantile(pos, PFE_LEVEL, axis=0),
+        "PFE": np.quantile(pos, quantile, axis=0),
         "mean_value": P.mean(0),
     })
 

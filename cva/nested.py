@@ -238,19 +238,11 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
                 psi = basis.make_basis(plan.basis, model.spot, plan.payoff_regressor, c.symmetric_in_assets)
                 S_c = _steps(S_in, later - g - 1)
                 clock("inner_paths")
-                lsm = {"solver": solver, "itm_only": sim.itm_only, "memory": memory, "timings": timings,
-                       "regression_dtype": rdt}
                 res = longstaff_schwartz(S_c, plan.grid[later], c.payoff_value, psi, model.rate, t0=t,
-                                         keys=[f"c{ci}:r{int(j)}" for j in later],
-                                         condition_sample=max(0, min(Lc, cond_sample)), **lsm)
-                C = [res.value[None]]                                                  # (1, Lc) continuation
-                for depth in range(1, splits + 1):                                     # a depth's parts in one call
-                    n = 2 ** depth
-                    part = longstaff_schwartz(S_c.reshape((n * Lc, M // n) + S_c.shape[2:]), plan.grid[later],
-                                              c.payoff_value, psi, model.rate, t0=t,
-                                              keys=[f"c{ci}:r{int(j)}:{depth}" for j in later], **lsm)
-                    C.append(part.value.reshape(Lc, n).T)                              # (n, Lc)
-                C = xp.concatenate(C) if splits else C[0]
+                                         solver=solver, itm_only=sim.itm_only, memory=memory, timings=timings,
+                                         keys=[f"c{ci}:r{int(j)}" for j in later], regression_dtype=rdt,
+                                         condition_sample=max(0, min(Lc, cond_sample)), splits=splits)
+                C = xp.concatenate([res.value[None]] + [p.T for p in res.parts])      # (2^(splits+1) - 1, Lc)
                 S_c = None
                 clock.skip()                                                           # booked by the LSM
                 stats.add(g, res)
@@ -518,7 +510,6 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     if cost["seconds"] > COST_LIMIT_SECONDS and not confirm:
         raise ValueError(f"the run would take {describe_cost(cost)}, over the limit of {COST_LIMIT_SECONDS / 3600:g} "
                          f"h: confirm with --yes (confirm=True), or lower simulation.outer_paths or inner_paths")
-    log(f"cost: {describe_cost(cost)}")
     out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}")
     if resume and not (out_dir / rundir.MANIFEST).exists():
         rundir.read_manifest(out_dir / rundir.MANIFEST)                      # the one-line "does not exist"
@@ -541,7 +532,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         specs = level_specs(cfg)
         log(f"cva run {cfg.run.name}: backend {device}; estimator {cfg.simulation.estimator}, inner paths "
             f"{'/'.join(str(m) for m, _ in specs)}, {len(plan.grid)} grid dates, chunks of {chunk} outer paths"
-            + (f"; resuming {out_dir}" if resume else ""))
+            + (f"; resuming {out_dir}" if resume else "") + f"; {describe_cost(cost)}")
         stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
         t_start = time.perf_counter()
         bar = _progress(None, 0, progress)
@@ -570,10 +561,11 @@ def _cva_functional(plan, model, counterparty):
     return lambda P: measures.cva_contributions(P, plan.dates, model.rate, q, counterparty.recovery)
 
 
-def exposures_and_cva(plan, model, counterparty, levels, estimator):
-    """The exposure profile (DataFrame; EE, ENE and the mean value by the estimator, PFE from the finest
-    level's values, not bias-corrected), the CVA estimate (dict of :func:`cva.estimators.combine` with
-    ``cva``, ``stderr``, ``ci_low``, ``ci_high``) and the finest level's per-path contributions."""
+def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile=measures.PFE_LEVEL):
+    """The exposure profile (DataFrame; EE, ENE and the mean value by the estimator, PFE the ``pfe_quantile``
+    quantile of the finest level's P^+, not bias-corrected), the CVA estimate (dict of
+    :func:`cva.estimators.combine` with ``cva``, ``stderr``, ``ci_low``, ``ci_high``) and the finest level's
+    per-path contributions."""
     dates = plan.dates
     g = _cva_functional(plan, model, counterparty)
     est = combine(levels, g, estimator)
@@ -583,7 +575,7 @@ def exposures_and_cva(plan, model, counterparty, levels, estimator):
     fine = levels[-1].sets[0]
     q = counterparty.curve.default_probabilities(dates)
     prof = pd.DataFrame({"date": dates, "EE": ee["estimate"], "EE_stderr": ee["stderr"], "ENE": ene["estimate"],
-                         "PFE": np.quantile(np.maximum(fine, 0.0), measures.PFE_LEVEL, axis=0),
+                         "PFE": np.quantile(np.maximum(fine, 0.0), pfe_quantile, axis=0),
                          "mean_value": mean["estimate"]})
     if estimator != "plain":
         prof["EE_uncorrected"] = np.maximum(fine, 0.0).mean(axis=0)

@@ -15,24 +15,51 @@ import pandas as pd
 from cva import measures, rundir
 from cva.estimators import decay_warnings
 
-PLOTS = {
-    "exposure.png": "Exposure profile: EE, ENE and the 97.5% PFE band",
-    "levels.png": "Convergence of the levels: |mean| and variance of the corrections",
-    "condition.png": "Condition numbers of the regression matrices (paper 001, Fig. 2)",
-    "method_mix.png": "Solver method per regression system, by valuation date",
-    "timings.png": "Time per stage",
-}
+
+def pfe_label(q: float) -> str:
+    """``PFE (97.5%)`` for the quantile ``q`` of ``output.pfe_quantile``."""
+    return f"PFE ({100 * q:.6g}%)"
+
+
+def plot_titles(pfe_quantile: float = measures.PFE_LEVEL) -> dict:
+    """The report's plots and their titles."""
+    return {
+        "exposure.png": f"Exposure profile: EE with its error band, ENE and the {pfe_label(pfe_quantile)} band",
+        "levels.png": "Convergence of the levels: |mean| and variance of the corrections",
+        "condition.png": "Condition numbers of the regression normal equations (the robust solver's cond_max test)",
+        "method_mix.png": "Solver method per regression system (LDLᵀ, then Householder + PCR, then the truncated "
+                          "eigen-solve), by valuation date",
+        "timings.png": "Time per stage",
+    }
+
+
+PLOTS = plot_titles()
 
 OUTPUTS = ("summary.json", "exposures.csv", "solver_stats.csv", "report.html") + tuple(PLOTS)
+
+#: The column headers of the report's tables (the CSV files keep the keys).
+HEADERS = {
+    "date": "t (years)", "exposure_date": "exposure date", "ldlt": "LDLᵀ", "householder_pcr": "Householder + PCR",
+    "eig_truncate": "eigen-truncated", "max_residual": "max residual", "cond_median": "cond median",
+    "cond_p99": "cond 99%", "cond_max": "cond max", "cond_samples": "cond samples", "EE_stderr": "EE std. error",
+    "mean_value": "mean value", "EE_uncorrected": "EE uncorrected", "default_prob": "default prob.",
+    "cva_contribution": "CVA contribution", "inner_paths": "inner paths", "outer_paths": "outer paths",
+    "fine_mean": "fine mean", "fine_variance": "fine variance", "cost_per_path": "cost per path",
+    "seconds_per_path": "seconds per path", "stderr": "std. error",
+}
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>CVA report: {{ s.name }}</title>
 <style>
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-td, th { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: right; }
+td, th { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: right; overflow-wrap: anywhere; }
+.wide td { overflow-wrap: normal; white-space: nowrap; } .wide th { overflow-wrap: normal; }
 th { background: #eee; } td:first-child, th:first-child { text-align: left; }
-img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
+.wide { overflow-x: auto; max-width: 100%; }
+.wide table { font-size: 0.75em; margin: 0.5em 0; } .wide td, .wide th { padding: 0.2em 0.35em; }
+.wide th { font-weight: 600; vertical-align: bottom; }
+img { max-width: 100%; height: auto; border: 1px solid #ddd; margin: 0.5em 0; }
 .big { font-size: 1.4em; } .note { color: #555; font-size: 0.9em; } .warning { color: #a00; }
 </style></head>
 <body data-images-total="{{ images|length }}">
@@ -49,7 +76,7 @@ Counterparty: recovery {{ s.recovery }}, {{ s.credit }}.</p>
 <p class="note">Default is assumed independent of the market (no wrong-way risk): the CVA is
 (1 - R) &sum;<sub>k</sub> E[D(t<sub>k</sub>) P<sup>+</sup>(t<sub>k</sub>)] (S(t<sub>k-1</sub>) - S(t<sub>k</sub>)).</p>
 <h2>Measures</h2>
-<table><tr><th>EPE</th><th>EEPE</th><th>max EE</th><th>max PFE (97.5%)</th></tr>
+<table><tr><th>EPE</th><th>EEPE</th><th>max EE</th><th>max {{ pfe }}</th></tr>
 <tr><td>{{ "%.6g"|format(s.EPE) }}</td><td>{{ "%.6g"|format(s.EEPE) }}</td><td>{{ "%.6g"|format(s.max_EE) }}</td>
 <td>{{ "%.6g"|format(s.max_PFE) }}</td></tr></table>
 <h2>Portfolio</h2>
@@ -70,6 +97,7 @@ Weight: the row's factor in the estimate.</p>
 {% for w in s.warnings %}<p class="warning"><b>Warning:</b> {{ w }}</p>{% endfor %}
 {% for name, title in images %}<h2>{{ title }}</h2>
 <img src="data:image/png;base64,{{ data[name] }}" alt="{{ title }}">
+{% if captions[name] %}<p class="note">{{ captions[name] }}</p>{% endif %}
 {% endfor %}
 <h2>Exposures</h2>
 {{ exposures_html|safe }}
@@ -82,6 +110,11 @@ window.addEventListener("load", function () {
   var imgs = document.images, ok = 0;
   for (var i = 0; i < imgs.length; i++) { if (imgs[i].complete && imgs[i].naturalWidth > 0) ok++; }
   document.body.setAttribute("data-images-rendered", String(ok));
+  var root = document.documentElement, wide = document.querySelectorAll(".wide"), over = [];
+  for (var j = 0; j < wide.length; j++) { if (wide[j].scrollWidth > wide[j].clientWidth) over.push(wide[j].id); }
+  document.body.setAttribute("data-scroll-width", String(root.scrollWidth));
+  document.body.setAttribute("data-client-width", String(root.clientWidth));
+  document.body.setAttribute("data-tables-overflowing", over.join(" "));
 });
 </script>
 </body></html>
@@ -121,13 +154,40 @@ def solver_table(plan, stats) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def _plots(prof, solver, stats, timings, levels):
+def date_labels(dates, digits=2, most=12) -> list[str]:
+    """The dates with the fewest decimals (at least ``digits``) that tell them apart."""
+    dates = np.asarray(dates, dtype=float)
+    for d in range(digits, most + 1):
+        labels = [f"{t:.{d}f}" for t in dates]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [f"{t:.{most}g}" for t in dates]
+
+
+def _legend_above(ax, ncol):
+    """The legend in a row above the axes: it covers no data."""
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=ncol, frameon=False, fontsize=8,
+              borderaxespad=0.0)
+
+
+def exposure_caption(prof, pfe_quantile) -> str:
+    """What the exposure plot shows, and why it starts where it does."""
+    t1 = float(prof["date"].iloc[0])
+    return (f"The run values the netting set on the exposure dates only (the first at t = {t1:.4g}); today's value "
+            f"V(0) is not simulated, so the profiles start at the first exposure date (dotted line) and the axis at "
+            f"t = 0, with nothing drawn before t = {t1:.4g}. Shaded: EE \u00b1 1.96 standard errors (orange) and EE "
+            f"to the {pfe_label(pfe_quantile)} (blue; the {100 * pfe_quantile:.6g}% quantile of the finest level's "
+            f"positive values, not bias-corrected).")
+
+
+def _plots(prof, solver, stats, timings, levels, pfe_quantile=measures.PFE_LEVEL, cond_max=None):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = {}
+    pfe = pfe_label(pfe_quantile)
 
     def save(name, fig):
         buf = io.BytesIO()
@@ -136,14 +196,26 @@ def _plots(prof, solver, stats, timings, levels):
         out[name] = buf.getvalue()
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.fill_between(prof["date"], prof["EE"], prof["PFE"], color="tab:blue", alpha=0.2, label="EE to PFE 97.5%")
-    ax.plot(prof["date"], prof["EE"], "o-", color="tab:blue", label="EE")
-    ax.plot(prof["date"], prof["PFE"], "--", color="tab:blue", lw=1, label="PFE 97.5%")
-    ax.plot(prof["date"], prof["ENE"], "s-", color="tab:red", label="ENE")
+    t, ee = prof["date"].to_numpy(), prof["EE"].to_numpy()
+    band = measures.Z95 * prof["EE_stderr"].to_numpy(dtype=float)
+    if len(t) > 1:
+        ax.fill_between(t, ee, prof["PFE"], color="tab:blue", alpha=0.15, lw=0, label=f"EE to {pfe}")
+        if np.isfinite(band).all():
+            ax.fill_between(t, ee - band, ee + band, color="tab:orange", alpha=0.5, lw=0,
+                            label="EE \u00b1 1.96 std. errors")
+    else:                                                                        # one date: bars, not bands
+        ax.vlines(t, ee, prof["PFE"], color="tab:blue", alpha=0.3, lw=8, label=f"EE to {pfe}")
+        if np.isfinite(band).all():
+            ax.vlines(t, ee - band, ee + band, color="tab:orange", alpha=0.7, lw=8, label="EE \u00b1 1.96 std. errors")
+    ax.plot(t, ee, "o-", color="tab:blue", ms=4, label="EE")
+    ax.plot(t, prof["PFE"], "--", color="tab:blue", lw=1, label=pfe)
+    ax.plot(t, prof["ENE"], "s-", color="tab:red", ms=3, label="ENE")
+    ax.axvline(t[0], color="tab:gray", ls=":", lw=1, label=f"first exposure date t = {t[0]:.4g}")
     ax.axhline(0, color="k", lw=0.5)
+    ax.set_xlim(0, t[-1] * 1.02)
     ax.set_xlabel("t (years)")
-    ax.set_ylabel("exposure")
-    ax.legend()
+    ax.set_ylabel("exposure (currency units)")
+    _legend_above(ax, 3)
     save("exposure.png", fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -158,17 +230,24 @@ def _plots(prof, solver, stats, timings, levels):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("inner paths M of the level")
-        ax.legend(fontsize=8)
+        _legend_above(ax, 2)
     else:
         ax.text(0.5, 0.5, "no correction level", ha="center", transform=ax.transAxes)
     save("levels.png", fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
     cond = np.concatenate([np.asarray(c, dtype=float) for c in stats.cond] + [np.empty(0)])
+    singular = int(np.sum(cond == np.inf))
     cond = cond[np.isfinite(cond) & (cond > 0)]
     if cond.size:
-        ax.hist(np.log10(cond), bins=50, color="tab:purple")
-        ax.set_xlabel("log10 condition number of the regression matrix")
+        ax.hist(np.log10(cond), bins=50, color="tab:purple", label="sampled normal equations XᵀX")
+        if cond_max is not None:
+            ax.axvline(np.log10(cond_max), color="k", ls="--", lw=1,
+                       label=f"regression.cond_max = {cond_max:.3g}: the truncated eigen-solve\n"
+                             "drops the eigenvalues below \u03bb_max / cond_max")
+        ax.set_xlabel("log10 of the 2-norm condition number"
+                      + (f" ({singular} singular not shown)" if singular else ""))
+        _legend_above(ax, 1)
     else:
         ax.text(0.5, 0.5, "no regression (European contracts only)", ha="center", transform=ax.transAxes)
     ax.set_ylabel("matrices")
@@ -178,14 +257,22 @@ def _plots(prof, solver, stats, timings, levels):
     if len(solver):
         bottom = np.zeros(len(solver))
         x = np.arange(len(solver))
-        for m, col in (("ldlt", "tab:green"), ("householder_pcr", "tab:orange"), ("eig_truncate", "tab:red")):
+        methods = [("ldlt", "tab:green", "LDLᵀ"), ("householder_pcr", "tab:orange", "Householder + PCR"),
+                   ("eig_truncate", "tab:red", "eigen-truncated")]
+        if solver["none"].sum():
+            methods.append(("none", "tab:gray", "none"))
+        for m, col, label in methods:
             frac = solver[m].to_numpy() / np.maximum(solver["systems"].to_numpy(), 1)
-            ax.bar(x, frac, bottom=bottom, color=col, label=m)
+            ax.bar(x, frac, bottom=bottom, color=col, label=label)
             bottom += frac
-        ax.set_xticks(x, [f"{t:.2f}" for t in solver["date"]], rotation=45)
+        labels = date_labels(solver["date"])
+        step = max(1, int(np.ceil(len(x) / 60)))                                   # at most 60 labels
+        ax.set_xticks(x[::step], labels[::step], rotation=90, fontsize=6 if len(x) > 30 else 8)
+        ax.set_xlim(-0.6, len(x) - 0.4)
+        ax.set_ylim(0, 1)
         ax.set_ylabel("fraction of systems")
-        ax.set_xlabel("valuation date")
-        ax.legend()
+        ax.set_xlabel("valuation date t (years)" + (f"; one label per {step} dates" if step > 1 else ""))
+        _legend_above(ax, len(methods))
     else:
         ax.text(0.5, 0.5, "no regression (European contracts only)", ha="center", transform=ax.transAxes)
     save("method_mix.png", fig)
@@ -198,6 +285,19 @@ def _plots(prof, solver, stats, timings, levels):
     return out
 
 
+def _table(df, name, digits) -> str:
+    """``df`` as HTML in a horizontally scrolling div, with the report's headers and ``digits`` significant
+    digits (the CSV files keep every digit)."""
+    df = df.copy()
+    if "date" in df:
+        df["date"] = date_labels(df["date"], digits=3)
+    if "exposure_date" in df:
+        df["exposure_date"] = df["exposure_date"].map({True: "yes", False: "no"})
+    html = df.rename(columns=HEADERS).rename(columns=lambda c: str(c).replace("_", " ")).to_html(
+        index=False, border=0, float_format=lambda x: f"{x:.{digits}g}")
+    return f'<div class="wide" id="{name}-table">{html}</div>'
+
+
 def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest):
     """Measures from the levels' per-path values (:mod:`cva.estimators`), then every file of the run directory,
     summary.json last; the RunResult."""
@@ -206,13 +306,14 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
     from cva.nested import RunResult, exposures_and_cva
 
     out_dir = Path(out_dir)
-    prof, est, contrib = exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator)
+    q = cfg.output.pfe_quantile
+    prof, est, contrib = exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator, q)
     est["warnings"] = decay_warnings(est["levels"])
     solver = solver_table(plan, stats)
     totals = {m: int(solver[m].sum()) for m in ("ldlt", "householder_pcr", "eig_truncate", "none")}
     summary = {
         "name": cfg.run.name, **est, **measures.epe_eepe(prof["date"], prof["EE"]),
-        "max_EE": float(prof["EE"].max()), "max_PFE": float(prof["PFE"].max()),
+        "max_EE": float(prof["EE"].max()), "max_PFE": float(prof["PFE"].max()), "pfe_quantile": q,
         "backend": manifest["backend"], "device": device, "dtype": cfg.run.dtype,
         "regression_dtype": cfg.regression_dtype().name,
         "seed": cfg.run.seed, "outer_paths": sum(lv.paths for lv in levels), "inner_paths": levels[-1].inner_paths,
@@ -230,20 +331,23 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
     summary["status"] = "complete"
     text = json.dumps(summary, indent=2, default=_json_default, allow_nan=False) if _finite(summary) else None
     if text is None:
-        raise ValueError(f"the run's results are not finite ({', '.join(_non_finite(summary))}): an input "
+        bad = _non_finite(summary)
+        shown = ", ".join(bad[:3]) + (f", and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise ValueError(f"the run's results are not finite ({shown}): an input "
                          f"overflows {cfg.run.dtype} (spot, strike, quantity or vol too large)")
     out_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_text(out_dir / "exposures.csv", prof.to_csv(index=False))
     rundir.write_text(out_dir / "solver_stats.csv", solver.to_csv(index=False))
-    images = _plots(prof, solver, stats, timings, est["levels"])
+    images = _plots(prof, solver, stats, timings, est["levels"], q, cfg.regression.cond_max)
     for name, png in images.items():
         rundir.write_bytes(out_dir / name, png)
     html = Environment(autoescape=True).from_string(TEMPLATE).render(
-        s=summary, images=list(PLOTS.items()), data={k: base64.b64encode(v).decode() for k, v in images.items()},
-        exposures_html=prof.to_html(index=False, float_format=lambda x: f"{x:.6g}"),
-        levels_html=pd.DataFrame(summary["levels"]).to_html(index=False, float_format=lambda x: f"{x:.4g}"),
-        estimator_note=_estimator_note(summary),
-        solver_html=solver.to_html(index=False, float_format=lambda x: f"{x:.3g}"))
+        s=summary, images=list(plot_titles(q).items()), pfe=pfe_label(q),
+        data={k: base64.b64encode(v).decode() for k, v in images.items()},
+        captions={"exposure.png": exposure_caption(prof, q)},
+        exposures_html=_table(prof.rename(columns={"PFE": pfe_label(q)}), "exposures", 5),
+        levels_html=_table(pd.DataFrame(summary["levels"]), "levels", 4),
+        estimator_note=_estimator_note(summary), solver_html=_table(solver, "solver", 3))
     rundir.write_text(out_dir / "report.html", html)
     rundir.write_text(out_dir / "summary.json", text)                   # last: the run is complete
     return RunResult(cva=est["cva"], stderr=est["stderr"], ci=(est["ci_low"], est["ci_high"]), exposures=prof,

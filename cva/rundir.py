@@ -25,8 +25,10 @@ LOCK = ".lock"
 MANIFEST = "run.json"
 CHUNKS = "chunks"
 
-#: Keys that cannot change a nested run's numbers (``cva price``'s, the run directory): not in its config hash.
-UNHASHED = (("simulation", "pricing_paths"), ("simulation", "out_of_sample"), ("output", "dir"))
+#: Keys that cannot change a nested run's per-path values (``cva price``'s, the run directory, the PFE's quantile):
+#: not in its config hash.
+UNHASHED = (("simulation", "pricing_paths"), ("simulation", "out_of_sample"), ("output", "dir"),
+            ("output", "pfe_quantile"))
 
 
 class RunDirectoryError(ValueError):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from cva import measures
-from cva.credit import HazardCurve, _cds_value
+from cva.config import load_config
+from cva.credit import Counterparty, HazardCurve, _cds_value
 
 ql = pytest.importorskip("QuantLib")
 
@@ -68,6 +69,8 @@ def test_measures_against_direct_computation(rng):
     np.testing.assert_allclose(prof["EE"], np.maximum(P, 0).mean(0))
     np.testing.assert_allclose(prof["ENE"], np.minimum(P, 0).mean(0))
     np.testing.assert_allclose(prof["PFE"], np.sort(np.maximum(P, 0), axis=0)[int(0.975 * (L - 1))], rtol=0.02)
+    low = measures.exposure_profile(P, dates, quantile=0.6)
+    np.testing.assert_allclose(low["PFE"], np.quantile(np.maximum(P, 0), 0.6, axis=0))
 
 
 def test_epe_and_eepe_by_hand():
@@ -94,3 +97,20 @@ def test_cds_spread_too_high_for_any_hazard_is_an_error(spread):
         high = HazardCurve.from_cds({0.5: 4.0}, 0.4, 0.05)                      # still matched: a large hazard
     assert np.isfinite(high.rates).all() and high.rates[0] > 1
     assert abs(_cds_value(high, 0.5, 4.0, 0.4, 0.05)) < 1e-9
+
+
+@pytest.mark.parametrize("curve, words", [
+    ({"cds_spreads": {3: 0.015, 1: 0.01}}, "CDS par spreads 1y 100 bp, 3y 150 bp; bootstrapped hazard rates "),
+    ({"hazards": {"times": [1, 3], "rates": [0.01, 0.02]}}, "piecewise-constant hazard rates 0.01 to 1y, 0.02 to 3y"),
+    ({"hazard_rate": 0.02}, "flat hazard rate 0.02 per year"),
+])
+def test_credit_description_is_text(curve, words):
+    """summary.json's "credit" and the report's counterparty line: words, not a printed dict or list."""
+    cfg = load_config({"market": {"spot": 1.0, "vol": 0.2},
+                       "portfolio": [{"style": "european", "payoff": "call", "underlying": {"asset": 0},
+                                      "strike": 1, "maturity": 1}],
+                       "counterparty": {"recovery": 0.4, **curve}})
+    cp = Counterparty.from_config(cfg.counterparty, 0.03)
+    assert cp.description.startswith(words) and not any(c in cp.description for c in "{}[]:")
+    if "cds_spreads" in curve:
+        assert cp.description.endswith(f"{cp.curve.rates[0]:.4g} to 1y, {cp.curve.rates[1]:.4g} to 3y (flat beyond)")

@@ -253,3 +253,25 @@ def test_condition_of_a_singular_regression_is_inf_without_a_warning():
         res = longstaff_schwartz(S, times, put.payoff_value, psi, model.rate, itm_only=False, condition_sample=2)
     assert all(np.isinf(c).all() for c in res.conditions[:-1] if c is not None)
     assert res.conditions[0].shape == (2,)
+
+
+@pytest.mark.parametrize("affine_basis", ["quadratic", "linear"])
+def test_split_parts_are_the_parts_priced_alone(affine_basis):
+    """longstaff_schwartz(splits=2): each part's value is that of the part priced on its own (the Gram
+    matrices of the finest parts averaged for the coarser ones: equal up to rounding)."""
+    from cva.basis import make_basis
+    from cva.lsm import longstaff_schwartz
+    from cva.model import BlackScholes
+
+    m = BlackScholes(spot=[100.0, 90.0], vol=[0.2, 0.3], dividend=[0.0, 0.0], rate=0.03, correlation=0.4)
+    times = np.array([0.25, 0.5, 0.75, 1.0])
+    S = m.sample(np.concatenate([[0.0], times]), 64, seed=4, purpose="inner", outer=(0, 6))   # (6, 64, 4, 2)
+    payoff = Contract("bermudan", "put", "basket", 100.0, 1.0, weights=(1.0, 1.0), n_exercise=4).payoff_value
+    psi = make_basis(affine_basis, m.spot, False, True)
+    res = longstaff_schwartz(S, times, payoff, psi, m.rate, splits=2)
+    whole = longstaff_schwartz(S, times, payoff, psi, m.rate)
+    np.testing.assert_allclose(res.value, whole.value, rtol=1e-12)
+    for depth, parts in enumerate(res.parts, start=1):
+        n = 2 ** depth
+        alone = longstaff_schwartz(S.reshape((6 * n, 64 // n) + S.shape[2:]), times, payoff, psi, m.rate)
+        np.testing.assert_allclose(parts, alone.value.reshape(6, n), rtol=1e-12)

@@ -150,7 +150,7 @@ def test_summary_is_written_last_and_resume_finishes_a_cut_report(tmp_path, monk
     monkeypatch.setattr(rundir, "write_text", original)
     assert "summary.json" not in written and not (tmp_path / "cut" / "summary.json").exists()
     assert rundir.read_summary_status(tmp_path / "cut") is None                 # detectably unfinished
-    assert len(list((tmp_path / "cut" / rundir.CHUNKS).glob("level*_*.npz"))) > 4
+    assert len(list((tmp_path / "cut" / rundir.CHUNKS).glob("level*_*.npz"))) == 4     # 240 paths, chunks of 60
     resumed = cva.run(cfg, resume=True, progress=False)
     np.testing.assert_array_equal(resumed.values, whole.values)
     assert resumed.solver_stats.equals(whole.solver_stats)
@@ -161,14 +161,14 @@ def test_summary_is_written_last_and_resume_finishes_a_cut_report(tmp_path, monk
 def test_keep_chunks(tmp_path):
     cva.run(_config(tmp_path, "keep"), chunk=100, progress=False, keep_chunks=True)
     chunks = sorted((tmp_path / "keep" / rundir.CHUNKS).glob("level*_*.npz"))
-    assert chunks and {c.name.split("_")[0] for c in chunks} == {"level0", "level1", "level2"}
+    assert [c.name for c in chunks] == ["level0_00000.npz", "level0_00001.npz", "level0_00002.npz"]
 
 
 def test_summary_json_never_holds_a_non_finite_number(tmp_path, monkeypatch):
     """A result that overflows is an error naming it, never NaN / Infinity in summary.json."""
     cfg = _config(tmp_path, "inf")
     monkeypatch.setattr(nested.measures, "cva_contributions", lambda P, *a: np.full(P.shape[0], np.inf))
-    with pytest.raises(ValueError, match=r"results are not finite \(cva = (inf|nan)\): an input overflows"), \
+    with pytest.raises(ValueError, match=r"results are not finite \(cva = (inf|nan), .*\): an input overflows"), \
             np.errstate(invalid="ignore"):
         cva.run(cfg, progress=False)
     assert not (tmp_path / "inf" / "summary.json").exists()
