@@ -18,7 +18,7 @@ def price(config, backend=None, paths=None, out_of_sample=None):
 
 def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, **options):
     """The nested Monte Carlo CVA of ``config``; see :func:`cva.nested.run` (``overwrite``, ``keep_chunks``,
-    ``log``)."""
+    ``confirm``, ``write=False`` for no run directory, ``log``)."""
     from cva.nested import run as _run
 
     return _run(config, out=out, backend=backend, resume=resume, chunk=chunk, progress=progress, **options)

@@ -20,6 +20,7 @@ chosen for a path's regressions, and a resumed run is bitwise the uninterrupted 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -387,8 +388,10 @@ class _Levels:
                                  f"too large)")
             seconds = time.perf_counter() - t0
             t_io = time.perf_counter()
-            rundir.save_chunk(self.out_dir, li, i, values, {"l0": l0, "stats": chunk_stats.to_json(),
-                                                            "timings": chunk_timings, "seconds": seconds}, self.hash)
+            if self.out_dir is not None:
+                rundir.save_chunk(self.out_dir, li, i, values, {"l0": l0, "stats": chunk_stats.to_json(),
+                                                                "timings": chunk_timings, "seconds": seconds},
+                                  self.hash)
             chunk_timings["io"] += time.perf_counter() - t_io
             self.stats.merge_json(chunk_stats.to_json())
             _add_timings(self.timings, chunk_timings)
@@ -471,7 +474,7 @@ def _progress(total, initial, enabled):
 
 
 def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, log=None, overwrite=False,
-        keep_chunks=False, confirm=False) -> RunResult:
+        keep_chunks=False, confirm=False, write=True) -> RunResult:
     """Run the nested Monte Carlo CVA of ``config`` and write the run directory (:mod:`cva.rundir`).
 
     The estimator (``simulation.estimator``, :mod:`cva.estimators`) removes the bias of the finite inner
@@ -492,6 +495,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     overwrite : replace the earlier run in a non-empty ``out`` (else a :class:`~cva.rundir.RunDirectoryError`).
     keep_chunks : keep the chunk files after the run is complete (default: removed).
     confirm : run even when :func:`run_cost` estimates more than :data:`COST_LIMIT_SECONDS` (else a ValueError).
+    write : False computes the result without a run directory (no files, no resume; ``result.out_dir`` None).
     """
     from cva import report
 
@@ -510,11 +514,14 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     if cost["seconds"] > COST_LIMIT_SECONDS and not confirm:
         raise ValueError(f"the run would take {describe_cost(cost)}, over the limit of {COST_LIMIT_SECONDS / 3600:g} "
                          f"h: confirm with --yes (confirm=True), or lower simulation.outer_paths or inner_paths")
-    out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}")
+    if not write and (resume or keep_chunks):
+        raise ValueError("write=False keeps no run directory: it cannot resume or keep chunks")
+    out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}") if write else None
     if resume and not (out_dir / rundir.MANIFEST).exists():
         rundir.read_manifest(out_dir / rundir.MANIFEST)                      # the one-line "does not exist"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with rundir.locked(out_dir):
+    if write:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    with rundir.locked(out_dir) if write else contextlib.nullcontext():
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
         chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
                     or chunk_size(plan, model.d, dtype.itemsize, xp))
@@ -525,7 +532,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             if rundir.read_summary_status(out_dir) == "complete":
                 raise rundir.ResumeError(f"cannot resume {out_dir}: the run is complete (summary.json); use "
                                          f"--overwrite to run it again")
-        else:
+        elif write:
             rundir.start_fresh(out_dir, report.OUTPUTS, overwrite)
             (out_dir / rundir.CHUNKS).mkdir(exist_ok=True)
             rundir.write_text(out_dir / rundir.MANIFEST, json.dumps(manifest, indent=2))
@@ -545,7 +552,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         elapsed = time.perf_counter() - t_start
         result = report.finish(cfg, plan, model, counterparty, lv.levels(), stats, timings, out_dir,
                                device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
-        if not keep_chunks:
+        if write and not keep_chunks:
             rundir.remove_chunks(out_dir)
     return result
 

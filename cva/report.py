@@ -300,12 +300,10 @@ def _table(df, name, digits) -> str:
 
 def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest):
     """Measures from the levels' per-path values (:mod:`cva.estimators`), then every file of the run directory,
-    summary.json last; the RunResult."""
-    from jinja2 import Environment
+    summary.json last (none where ``out_dir`` is None); the RunResult."""
 
     from cva.nested import RunResult, exposures_and_cva
 
-    out_dir = Path(out_dir)
     q = cfg.output.pfe_quantile
     prof, est, contrib = exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator, q)
     est["warnings"] = decay_warnings(est["levels"])
@@ -335,10 +333,21 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
         shown = ", ".join(bad[:3]) + (f", and {len(bad) - 3} more" if len(bad) > 3 else "")
         raise ValueError(f"the run's results are not finite ({shown}): an input "
                          f"overflows {cfg.run.dtype} (spot, strike, quantity or vol too large)")
+    if out_dir is not None:
+        _write(Path(out_dir), cfg, prof, solver, stats, timings, summary, text, q)
+    return RunResult(cva=est["cva"], stderr=est["stderr"], ci=(est["ci_low"], est["ci_high"]), exposures=prof,
+                     solver_stats=solver, summary=summary, out_dir=out_dir, values=levels[-1].sets[0],
+                     contributions=contrib, levels=levels)
+
+
+def _write(out_dir, cfg, prof, solver, stats, timings, summary, text, q):
+    """The run directory's files; summary.json last (the run is complete)."""
+    from jinja2 import Environment
+
     out_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_text(out_dir / "exposures.csv", prof.to_csv(index=False))
     rundir.write_text(out_dir / "solver_stats.csv", solver.to_csv(index=False))
-    images = _plots(prof, solver, stats, timings, est["levels"], q, cfg.regression.cond_max)
+    images = _plots(prof, solver, stats, timings, summary["levels"], q, cfg.regression.cond_max)
     for name, png in images.items():
         rundir.write_bytes(out_dir / name, png)
     html = Environment(autoescape=True).from_string(TEMPLATE).render(
@@ -349,10 +358,7 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
         levels_html=_table(pd.DataFrame(summary["levels"]), "levels", 4),
         estimator_note=_estimator_note(summary), solver_html=_table(solver, "solver", 3))
     rundir.write_text(out_dir / "report.html", html)
-    rundir.write_text(out_dir / "summary.json", text)                   # last: the run is complete
-    return RunResult(cva=est["cva"], stderr=est["stderr"], ci=(est["ci_low"], est["ci_high"]), exposures=prof,
-                     solver_stats=solver, summary=summary, out_dir=out_dir, values=levels[-1].sets[0],
-                     contributions=contrib, levels=levels)
+    rundir.write_text(out_dir / "summary.json", text)
 
 
 def _json_default(o):

@@ -132,3 +132,14 @@ def test_quiet_run_and_short_repr(tmp_path, capfd):
     assert out == "" and err == ""
     text = repr(res)
     assert len(text) < 300 and text.startswith("RunResult(cva=") and "estimator='extrapolated'" in text
+
+
+def test_a_run_without_a_run_directory(tmp_path):
+    """write=False: the same numbers as a written run, and no file anywhere."""
+    cfg = _base(tmp_path)
+    res = cva.run(cfg, progress=False, write=False)
+    assert res.out_dir is None and not (tmp_path / "out").exists()
+    written = cva.run(cfg, progress=False)
+    assert res.cva == written.cva and res.summary["bias_estimate"] == written.summary["bias_estimate"]
+    with pytest.raises(ValueError, match="cannot resume"):
+        cva.run(cfg, progress=False, write=False, resume=True)
