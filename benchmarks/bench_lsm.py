@@ -6,10 +6,10 @@ Usage::
 
 Two cases (the issue's): Andersen & Broadie's 5-asset max call (9 dates, quadratic basis,
 n = 21) and the Longstaff-Schwartz Bermudan put (1 asset, 50 dates, Laguerre basis, n = 4).
-Stages: keyed Philox normals (:func:`cva.rng.normals`), exact log-normal paths, regression
+Stages: keyed Philox normals (:func:`cva.market.rng.normals`), exact log-normal paths, regression
 assembly (basis and the batched normal equations), solves (:func:`linalg_gpu.solve_small`),
 exercise update. The regressions run in the config default's dtype (``regression.dtype: auto``:
-float64 for the Laguerre basis, :func:`cva.basis.regression_dtype`). On the GPU our Philox is
+float64 for the Laguerre basis, :func:`cva.engine.basis.regression_dtype`). On the GPU our Philox is
 compared with CuPy's own generators on the same number of normals, and its output rate with the
 device-to-device copy bandwidth. The CPU runs the same code on numpy with ``--cpu-paths`` paths;
 per-path rates make the two comparable.
@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 from _results import write_results
 
-from cva import basis, rng
-from cva.lsm import longstaff_schwartz
-from cva.model import BlackScholes
-from cva.products import Contract
+from cva.engine import basis
+from cva.engine.lsm import longstaff_schwartz
+from cva.instruments.products import Contract
+from cva.market import rng
+from cva.market.model import BlackScholes
 from linalg_gpu._backend import cupy_available
 
 CASES = {

@@ -1,6 +1,6 @@
 """``cva bench``: time the nested CVA of a configuration on this machine, stage by stage.
 
-Each run is a full :func:`cva.nested.run` into a temporary directory (the report is written,
+Each run is a full :func:`cva.runner.run` into a temporary directory (the report is written,
 timed and removed). On the GPU the first run also compiles the CUDA kernels and CuPy's own
 kernels for the run's sizes; it is marked so, and the later runs are the steady state.
 """
@@ -12,9 +12,9 @@ import time
 
 import pandas as pd
 
-from cva.config import load_config
-from cva.nested import STAGES
-from cva.nested import run as nested_run
+from cva.engine.nested import STAGES
+from cva.io.config import load_config
+from cva.runner import run as nested_run
 
 
 def with_paths(config, outer=None, inner=None):
@@ -35,7 +35,7 @@ def bench(config, backend=None, outer=None, inner=None, repeat=3) -> pd.DataFram
     """Time ``repeat`` runs of the nested CVA of ``config``; one row per run.
 
     Columns: run, first (the GPU run that compiled the kernels), seconds (end to end, with the
-    report), engine_seconds, one ``<stage>_seconds`` per stage of ``cva.nested.STAGES``,
+    report), engine_seconds, one ``<stage>_seconds`` per stage of ``cva.engine.nested.STAGES``,
     outer_paths_per_s (over the engine time), systems (regressions solved),
     solve_systems_per_s (over the solve stage), cva, stderr. ``attrs``: name (run.name), device,
     backend, dtype, outer_paths, inner_paths, chunk, method_mix (of the last run).

@@ -4,7 +4,7 @@
 A user's mistake (a bad path, an invalid config, a bad option value, a run too large for the
 memory) exits with status 2 and one line per problem on stderr, without a traceback; output that
 cannot be written (a full disk, a closed pipe) exits with 1 and one line; Ctrl-C exits with 130.
-This module only wires :mod:`cva.config` to the engines; the engines are imported when a command
+This module only wires :mod:`cva.io.config` to the engines; the engines are imported when a command
 needs them.
 """
 
@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 
 from cva import __version__
-from cva.config import ConfigError, load_config
-from cva.rng import PATH_LIMIT
+from cva.io.config import ConfigError, load_config
+from cva.market.rng import PATH_LIMIT
 
 EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -139,7 +139,7 @@ def _build_parser() -> _Parser:
 
 
 def _cmd_schema(args) -> int:
-    from cva.schema import markdown
+    from cva.io.schema import markdown
 
     text = markdown() + "\n"
     if args.out is None:
@@ -159,7 +159,7 @@ def _cmd_validate(args) -> int:
     line = f"{args.config}: ok ({config.summary()})"
     if config.counterparty is not None:
         from cva.backend import resolve_backend
-        from cva.nested import describe_cost, run_cost
+        from cva.engine.plan import describe_cost, run_cost
 
         xp, _ = resolve_backend(config.run.backend)
         line += f"; a run: {describe_cost(run_cost(config, 'cpu' if xp.__name__ == 'numpy' else 'gpu'))}"
@@ -219,8 +219,8 @@ def _cmd_run(args) -> int:
     backend = args.backend or config.run.backend
     _check_backend(backend, args, config)
     _check_run_dir(args, config)
-    from cva.nested import run
-    from cva.rundir import RunDirectoryError
+    from cva.io.rundir import RunDirectoryError
+    from cva.runner import run
 
     if args.resume and args.overwrite:
         raise _UsageError("cva run: --resume and --overwrite exclude each other (see cva run --help)")
@@ -255,7 +255,7 @@ def _cmd_price(args) -> int:
     out_of_sample = config.simulation.out_of_sample if args.out_of_sample is None else args.out_of_sample
 
     _check_backend(backend, args, config)
-    from cva.pricing import price
+    from cva.engine.pricing import price
 
     try:
         df = price(config, backend=backend, paths=paths, out_of_sample=out_of_sample)
@@ -291,7 +291,7 @@ def _cmd_price(args) -> int:
 
 def _cmd_bench(args) -> int:
     from cva.bench import bench, with_paths  # imported only when used: they pull in the engine
-    from cva.nested import STAGES
+    from cva.engine.nested import STAGES
 
     config = load_config(args.config)
     config.require_counterparty()

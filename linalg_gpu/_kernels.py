@@ -1,4 +1,5 @@
-"""The one loader of the CUDA sources in ``linalg_gpu/cuda``: CuPy RawModules, compiled lazily.
+"""The one loader of CUDA sources (``linalg_gpu/cuda``, or an application's folder): CuPy RawModules,
+compiled lazily.
 
 A kernel is a template ``name<T, N>`` in ``cuda/<file>``; :func:`get_function` builds the
 instantiation for a dtype and a size, compiles it once per (file, instantiation, device) and
@@ -31,20 +32,21 @@ def _source(file, cuda_dir=CUDA_DIR):
 
 
 @lru_cache(maxsize=None)
-def _function(file, expr, device_id):
+def _function(file, expr, device_id, cuda_dir=CUDA_DIR):
     import cupy as cp
 
-    code = _source(file)
+    code = _source(file, cuda_dir)
     t0 = time.perf_counter()
-    mod = cp.RawModule(code=code, options=("-std=c++17", f"-I{CUDA_DIR}"), name_expressions=(expr,))
+    mod = cp.RawModule(code=code, options=("-std=c++17", f"-I{cuda_dir}"), name_expressions=(expr,))
     fn = mod.get_function(expr)                       # compiles here
     COMPILE_SECONDS[f"{file}:{expr}"] = time.perf_counter() - t0
     return fn
 
 
-def get_function(file, template, dtype, *params):
-    """The compiled kernel ``template<ctype(dtype), *params>`` from ``cuda/<file>``."""
+def get_function(file, template, dtype, *params, cuda_dir=CUDA_DIR):
+    """The compiled kernel ``template<ctype(dtype), *params>`` from ``<cuda_dir>/<file>`` (default this
+    package's ``cuda/``; an application passes its own folder of sources)."""
     import cupy as cp
 
     expr = f"{template}<{', '.join([_CTYPES[np.dtype(dtype)], *map(str, params)])}>"
-    return _function(file, expr, cp.cuda.Device().id)
+    return _function(file, expr, cp.cuda.Device().id, Path(cuda_dir))

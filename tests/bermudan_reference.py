@@ -8,8 +8,8 @@ Bermudan form), in y = log S,
 the last step by the Black-Scholes formula, the others by Gauss-Legendre quadrature in the standard normal of
 the lognormal transition, split at the kinks of V_{j+1} (its exercise boundaries, where h = C_{j+1}), with
 C_{j+1} a cubic spline on a fine uniform log grid. Netting-set values on outer paths follow the
-conventions of ``cva.nested.chunk_values`` with the exact exercise rule; the CVA uses ``cva.measures`` and
-``cva.credit`` as the engine does.
+conventions of ``cva.engine.nested.chunk_values`` with the exact exercise rule; the CVA uses ``cva.xva.measures`` and
+``cva.xva.credit`` as the engine does.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from scipy.interpolate import CubicSpline
 from scipy.optimize import brentq
 from scipy.special import ndtr
 
-from cva import measures
-from cva.config import load_config
-from cva.credit import Counterparty
-from cva.model import BlackScholes
-from cva.nested import build_plan
+from cva.engine.plan import build_plan
+from cva.io.config import load_config
+from cva.market.model import BlackScholes
+from cva.xva import measures
+from cva.xva.credit import Counterparty
 
 __all__ = ["BermudanBS", "ReferenceCVA", "bs_price", "cva_contributions", "engine_outer_paths", "model_of",
            "netting_values", "numpy_outer_paths", "paired_difference", "reference_cva"]
@@ -184,7 +184,7 @@ class BermudanBS:
 
 
 def model_of(contract, model: BlackScholes, **options) -> BermudanBS:
-    """The exact model of a contract (``cva.products.Contract`` or a config contract) on a one-asset market."""
+    """The exact model of a contract (``cva.instruments.products.Contract`` or a config one), one-asset market."""
     a = 0 if contract.underlying != "asset" else contract.asset
     return BermudanBS(contract.strike, contract.maturity, contract.n_exercise, model.rate, float(model.vol[a]),
                       float(model.dividend[a]), contract.payoff, spot=float(model.spot[a]), **options)
@@ -221,7 +221,7 @@ def numpy_outer_paths(config, outer_paths=None, seed=0) -> np.ndarray:
 def netting_values(config, S, **options) -> np.ndarray:
     """Netting-set values P (L, K) at the exposure dates on the outer paths S (L, G) (or (L, G, 1)).
 
-    The conventions of ``cva.nested.chunk_values`` with the exact continuation value: at its maturity a
+    The conventions of ``cva.engine.nested.chunk_values`` with the exact continuation value: at its maturity a
     contract is worth its payoff; a European before by Black-Scholes; a Bermudan at an exercise date
     exercises (the holder's decision, whatever the sign of the quantity) where h > 0 and h >= C, is worth h
     there and 0 after, else C; P = sum quantity * value. ``options`` go to :class:`BermudanBS`.
@@ -265,8 +265,8 @@ def netting_values(config, S, **options) -> np.ndarray:
 
 
 def cva_contributions(config, values) -> np.ndarray:
-    """Per-path CVA contributions (L,) of the values (L, K): ``cva.measures.cva_contributions`` with the
-    default probabilities of ``cva.credit`` at the exposure dates, as the engine computes them."""
+    """Per-path CVA contributions (L,) of the values (L, K): ``cva.xva.measures.cva_contributions`` with the
+    default probabilities of ``cva.xva.credit`` at the exposure dates, as the engine computes them."""
     cfg, plan, model = _setup(config)
     cp = Counterparty.from_config(cfg.require_counterparty(), model.rate)
     q = cp.curve.default_probabilities(plan.dates)

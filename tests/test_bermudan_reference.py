@@ -12,8 +12,8 @@ from bermudan_reference import BermudanBS, bs_price, engine_outer_paths, netting
 from scipy.optimize import brentq
 
 import cva
-from cva.analytic import black_scholes
-from cva.config import Simulation
+from cva.instruments.analytic import black_scholes
+from cva.io.config import Simulation
 
 ql = pytest.importorskip("QuantLib")
 

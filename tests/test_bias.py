@@ -14,7 +14,7 @@ import pytest
 from bermudan_reference import cva_contributions, paired_difference, reference_cva
 
 import cva
-from cva import estimators
+from cva.engine import estimators
 
 BERMUDAN = {"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "maturity": 1.0}
 CASES = {

@@ -174,13 +174,13 @@ def run_config(tmp_path) -> Path:
 def no_engine(monkeypatch):
     """The engines fail the test if they are called: the problem must be found before any work."""
     import cva.bench
-    import cva.nested
-    import cva.pricing
+    import cva.engine.pricing
+    import cva.runner
 
     def called(*args, **kw):
         raise AssertionError("the engine ran")
 
-    for module, name in ((cva.nested, "run"), (cva.pricing, "price"), (cva.bench, "bench")):
+    for module, name in ((cva.runner, "run"), (cva.engine.pricing, "price"), (cva.bench, "bench")):
         monkeypatch.setattr(module, name, called)
 
 
@@ -236,8 +236,8 @@ def test_chunk_help_says_where_the_default_comes_from(capsys):
 def test_out_of_memory_names_the_path_count(run_config, capsys, monkeypatch):
     import numpy as np
 
-    from cva import nested
-    from cva.model import BlackScholes
+    from cva.engine import nested
+    from cva.market.model import BlackScholes
 
     def too_big(*args, **kw):
         raise MemoryError("Unable to allocate 268. GiB for an array")
@@ -260,12 +260,12 @@ def test_out_of_memory_names_the_path_count(run_config, capsys, monkeypatch):
 
 
 def test_interrupt_hint_repeats_the_options(run_config, tmp_path, capsys, monkeypatch):
-    from cva import nested
+    from cva import runner
 
     def interrupted(*args, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(nested, "run", interrupted)
+    monkeypatch.setattr(runner, "run", interrupted)
     out = tmp_path / "my out"
     assert main(["run", str(run_config), "--out", str(out), "--backend", "cpu", "--chunk", "4"]) == 130
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""cva.config: the example of DESIGN.md loads normalized; every mistake is reported with its key."""
+"""cva.io.config: the example of DESIGN.md loads normalized; every mistake is reported with its key."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from cva.config import AMERICAN_DATES_PER_YEAR, Config, ConfigError, load_config, validate_config
+from cva.io.config import AMERICAN_DATES_PER_YEAR, Config, ConfigError, load_config, validate_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -404,7 +404,7 @@ def test_yaml_exponent_numbers(tmp_path):
 
 def test_path_counts_stay_within_the_random_streams():
     """Outer, inner and pricing paths are keyed by 32-bit counters: at most rng.PATH_LIMIT each."""
-    from cva.rng import PATH_LIMIT
+    from cva.market.rng import PATH_LIMIT
 
     for key in ("outer_paths", "inner_paths", "pricing_paths"):
         assert_problem(problems_of(minimal(simulation={key: PATH_LIMIT + 1})), f"simulation.{key}", f"<= {PATH_LIMIT}")
@@ -417,7 +417,7 @@ def test_path_counts_stay_within_the_random_streams():
 @pytest.mark.parametrize("d", [1, 5])
 def test_dates_stay_within_the_random_streams(d):
     """simulation.dates, each contract's exercise_dates and the grid of both: at most rng.step_limit(d)."""
-    from cva.rng import step_limit
+    from cva.market.rng import step_limit
 
     limit = step_limit(d)
     market = {"spot": [100.0] * d, "vol": 0.2}

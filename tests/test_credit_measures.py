@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
-from cva import measures
-from cva.config import load_config
-from cva.credit import Counterparty, HazardCurve, _cds_value
+from cva.io.config import load_config
+from cva.xva import measures
+from cva.xva.credit import Counterparty, HazardCurve, _cds_value
 
 ql = pytest.importorskip("QuantLib")
 

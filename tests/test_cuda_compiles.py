@@ -1,4 +1,4 @@
-"""Every CUDA source in linalg_gpu/cuda compiles with the machine's nvcc (CI has nvcc but no GPU)."""
+"""Every CUDA source (linalg_gpu/cuda, cva/market/cuda) compiles with the machine's nvcc (CI has nvcc but no GPU)."""
 
 import shutil
 import subprocess
@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 CUDA_DIR = Path(__file__).resolve().parents[1] / "linalg_gpu" / "cuda"
+CUDA_DIRS = (CUDA_DIR, Path(__file__).resolve().parents[1] / "cva" / "market" / "cuda")
 NVCC = shutil.which("nvcc")
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this machine")
 def test_every_cuda_source_compiles(tmp_path):
     failures = []
-    for src in sorted(CUDA_DIR.glob("*.cu")):
+    for src in sorted(p for d in CUDA_DIRS for p in d.glob("*.cu")):
         proc = subprocess.run([NVCC, "-std=c++17", "-arch=sm_90", "-c", str(src), "-o", str(tmp_path / "k.o")],
                               capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:

@@ -5,7 +5,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from cva.schema import markdown
+from cva.io.schema import markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 

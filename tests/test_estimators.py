@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import cva
-from cva import nested
-from cva.config import ConfigError, load_config
+from cva.engine import nested
+from cva.io.config import ConfigError, load_config
 
 
 def _config(tmp_path, name, estimator, **sim):

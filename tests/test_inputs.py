@@ -10,7 +10,7 @@ import yaml
 
 import cva
 from cva.cli import main
-from cva.config import MAX_YAML_BYTES, ConfigError, load_config
+from cva.io.config import MAX_YAML_BYTES, ConfigError, load_config
 from linalg_gpu._backend import cupy_available
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"

@@ -9,8 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from cva import basis
-from cva.lsm import (
+from cva.engine import basis
+from cva.engine.lsm import (
     _affine_fitted,
     _affine_normal_equations,
     _normal_equations,
@@ -18,8 +18,8 @@ from cva.lsm import (
     longstaff_schwartz,
     report_summary,
 )
-from cva.model import BlackScholes
-from cva.products import Contract
+from cva.instruments.products import Contract
+from cva.market.model import BlackScholes
 
 ql = pytest.importorskip("QuantLib")
 
@@ -259,9 +259,9 @@ def test_condition_of_a_singular_regression_is_inf_without_a_warning():
 def test_split_parts_are_the_parts_priced_alone(affine_basis):
     """longstaff_schwartz(splits=2): each part's value is that of the part priced on its own (the Gram
     matrices of the finest parts averaged for the coarser ones: equal up to rounding)."""
-    from cva.basis import make_basis
-    from cva.lsm import longstaff_schwartz
-    from cva.model import BlackScholes
+    from cva.engine.basis import make_basis
+    from cva.engine.lsm import longstaff_schwartz
+    from cva.market.model import BlackScholes
 
     m = BlackScholes(spot=[100.0, 90.0], vol=[0.2, 0.3], dividend=[0.0, 0.0], rate=0.03, correlation=0.4)
     times = np.array([0.25, 0.5, 0.75, 1.0])

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cva import analytic, basis
-from cva.model import BlackScholes, correlation_matrix
-from cva.products import Contract
+from cva.engine import basis
+from cva.instruments import analytic
+from cva.instruments.products import Contract
+from cva.market.model import BlackScholes, correlation_matrix
 
 ql = pytest.importorskip("QuantLib")
 

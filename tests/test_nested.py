@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 import cva
-from cva import analytic, nested
 from cva.cli import main
-from cva.model import BlackScholes
-from cva.products import Contract
+from cva.engine import nested
+from cva.instruments import analytic
+from cva.instruments.products import Contract
+from cva.io import rundir
+from cva.market.model import BlackScholes
 
 
 def _config(tmp_path, seed, portfolio, market=None, **sim):
@@ -226,7 +228,7 @@ def test_resume_names_the_changed_keys_and_ignores_pricing_keys(tmp_path, monkey
     _interrupted_run(monkeypatch, cfg, 100, 2)
     changed = {**cfg, "run": {**cfg["run"], "seed": 12}, "portfolio": [{**cfg["portfolio"][0], "strike": 90.0},
                                                                          cfg["portfolio"][1]]}
-    with pytest.raises(nested.ResumeError) as info:
+    with pytest.raises(rundir.ResumeError) as info:
         cva.run(changed, resume=True, progress=False)
     msg = str(info.value)
     assert "run.seed (was 11, now 12)" in msg and "portfolio[0].strike (was 100.0, now 90.0)" in msg

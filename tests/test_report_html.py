@@ -102,7 +102,7 @@ def test_report_states_units_and_the_first_exposure_date(wide_run):
 
 
 def test_method_mix_labels_tell_close_dates_apart():
-    from cva.report import date_labels
+    from cva.io.report import date_labels
 
     assert date_labels([0.04, 1 / 24, 0.08, 1 / 12, 0.5]) == ["0.040", "0.042", "0.080", "0.083", "0.500"]
     assert date_labels([0.25, 0.5]) == ["0.25", "0.50"]
@@ -131,7 +131,7 @@ def test_pfe_quantile_is_a_key(tmp_path):
                                       (-0.5, "must be > 0, got -0.5"), ("x", "must be a number, got 'x'"),
                                       (True, "must be a number, got true")])
 def test_pfe_quantile_out_of_range_is_refused(q, words):
-    from cva.config import ConfigError, load_config
+    from cva.io.config import ConfigError, load_config
 
     cfg = {"market": {"spot": 1.0, "vol": 0.2}, "portfolio": [{"style": "european", "payoff": "call",
                                                                "underlying": {"asset": 0}, "strike": 1,
@@ -145,7 +145,7 @@ def test_pfe_quantile_out_of_range_is_refused(q, words):
 
 @pytest.mark.parametrize("bad", [{"hazard_rate": 0.02, "cds_spreads": {1: 0.01}}, {}])
 def test_counterparty_section_errors_name_the_key(tmp_path, bad):
-    from cva.config import ConfigError, load_config
+    from cva.io.config import ConfigError, load_config
 
     cfg = {"market": {"spot": 1.0, "vol": 0.2}, "portfolio": [{"style": "european", "payoff": "call",
                                                                "underlying": {"asset": 0}, "strike": 1,

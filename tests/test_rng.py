@@ -1,6 +1,6 @@
-"""cva.rng on the CPU: Philox4x32-10 known answers, keying, chunk invariance, distribution, argument errors.
+"""cva.market.rng on the CPU: Philox4x32-10 known answers, keying, chunk invariance, distribution, argument errors.
 
-The references here are independent of ``cva.rng``: a scalar Philox on Python ints and a scalar
+The references here are independent of ``cva.market.rng``: a scalar Philox on Python ints and a scalar
 Box-Muller with ``math``. Inputs are fresh random keys and ranges (the ``rng`` fixture).
 """
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import cva.rng as crng
-from cva.rng import PURPOSES, normals, philox4x32, uniform_bits
+import cva.market.rng as crng
+from cva.market.rng import PURPOSES, normals, philox4x32, uniform_bits
 
 DTYPES = [np.float64, np.float32]
 U32 = 1 << 32

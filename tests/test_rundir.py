@@ -12,8 +12,10 @@ import pytest
 import yaml
 
 import cva
-from cva import nested, report, rundir
 from cva.cli import main
+from cva.engine import nested
+from cva.io import report, rundir
+from cva.xva import measures
 
 
 def _config(tmp_path, name, seed=11, outer=240):
@@ -167,7 +169,7 @@ def test_keep_chunks(tmp_path):
 def test_summary_json_never_holds_a_non_finite_number(tmp_path, monkeypatch):
     """A result that overflows is an error naming it, never NaN / Infinity in summary.json."""
     cfg = _config(tmp_path, "inf")
-    monkeypatch.setattr(nested.measures, "cva_contributions", lambda P, *a: np.full(P.shape[0], np.inf))
+    monkeypatch.setattr(measures, "cva_contributions", lambda P, *a: np.full(P.shape[0], np.inf))
     with pytest.raises(ValueError, match=r"results are not finite \(cva = (inf|nan), .*\): an input overflows"), \
             np.errstate(invalid="ignore"):
         cva.run(cfg, progress=False)

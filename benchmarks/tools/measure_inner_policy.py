@@ -21,7 +21,7 @@ from test_bias import CASES  # noqa: E402
 from test_bias import _config as case_config  # noqa: E402
 
 import cva  # noqa: E402
-from cva import lsm, nested  # noqa: E402
+from cva.engine import lsm, nested  # noqa: E402
 
 IN_SAMPLE = nested.longstaff_schwartz
 

@@ -13,14 +13,16 @@ sys.path.insert(0, "benchmarks")
 from bench_cva import config  # noqa: E402
 
 import linalg_gpu as lg  # noqa: E402
-from cva import nested, rng  # noqa: E402
-from cva.config import load_config  # noqa: E402
-from cva.model import BlackScholes  # noqa: E402
+from cva.engine import nested  # noqa: E402
+from cva.engine.plan import build_plan  # noqa: E402
+from cva.io.config import load_config  # noqa: E402
+from cva.market import rng  # noqa: E402
+from cva.market.model import BlackScholes  # noqa: E402
 
 dtype = sys.argv[1] if len(sys.argv) > 1 else "float32"
 Lc = int(sys.argv[2]) if len(sys.argv) > 2 else 2048
 cfg = load_config(config(16384, 1024, dtype, "gpu", "/tmp/x"))
-plan = nested.build_plan(cfg)
+plan = build_plan(cfg)
 model = BlackScholes.from_market(cfg.market)
 
 

@@ -1,4 +1,4 @@
-"""cva.rng on the GPU (cuda/philox.cu) against its numpy twin, on fresh random keys and ranges.
+"""cva.market.rng on the GPU (cuda/philox.cu) against its numpy twin, on fresh random keys and ranges.
 
 The raw Philox words agree bit for bit. Uniforms are exact in both, so the normals differ only by
 the rounding of log and sincospi: float64 to ~1e-15, float32 to ~1e-6 (|z| <= 5.8 in float32).
@@ -7,8 +7,8 @@ the rounding of log and sincospi: float64 to ~1e-15, float32 to ~1e-6 (|z| <= 5.
 import numpy as np
 import pytest
 
-import cva.rng as crng
-from cva.rng import PURPOSES, normals, uniform_bits
+import cva.market.rng as crng
+from cva.market.rng import PURPOSES, normals, uniform_bits
 
 cp = pytest.importorskip("cupy")
 

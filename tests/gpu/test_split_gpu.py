@@ -6,10 +6,10 @@ import pytest
 
 cp = pytest.importorskip("cupy")
 
-from cva.basis import make_basis  # noqa: E402
-from cva.lsm import longstaff_schwartz  # noqa: E402
-from cva.model import BlackScholes  # noqa: E402
-from cva.products import Contract  # noqa: E402
+from cva.engine.basis import make_basis  # noqa: E402
+from cva.engine.lsm import longstaff_schwartz  # noqa: E402
+from cva.instruments.products import Contract  # noqa: E402
+from cva.market.model import BlackScholes  # noqa: E402
 
 
 @pytest.mark.parametrize("name, payoff_regressor", [("linear", False), ("linear", True), ("quadratic", False)])

@@ -5,7 +5,7 @@ correlation C,
 
     S_i(t + h) = S_i(t) exp((r - q_i - sigma_i^2 / 2) h + sigma_i sqrt(h) (L z)_i),   L L^T = C,
 
-with z standard normal (from :mod:`cva.rng`). The step is exact for any h, so any grid works.
+with z standard normal (from :mod:`cva.market.rng`). The step is exact for any h, so any grid works.
 The paper's Black-Scholes setting (section 2 of ``001_4133cfb59d0e090f.txt``) is the case of
 one vol and a scalar correlation.
 """
@@ -13,6 +13,7 @@ one vol and a scalar correlation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -22,6 +23,8 @@ from linalg_gpu._backend import get_array_module
 #: absolute accuracy, and the smallest eigenvalue must not be below ``-PSD_TOL``.
 SYMMETRY_TOL = 1e-10
 PSD_TOL = 1e-10
+
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"     # this package's kernels (the loader is linalg_gpu's)
 
 
 def correlation_matrix(corr, d: int) -> np.ndarray:
@@ -110,7 +113,7 @@ class BlackScholes:
 
     @classmethod
     def from_market(cls, market) -> BlackScholes:
-        """From the ``market`` section of a :class:`cva.config.Config`."""
+        """From the ``market`` section of a :class:`cva.io.config.Config`."""
         return cls(spot=np.asarray(market.spot), vol=np.asarray(market.vol), dividend=np.asarray(market.dividend),
                    rate=market.rate, correlation=market.correlation_matrix)
 
@@ -127,7 +130,7 @@ class BlackScholes:
             Asset prices at ``times[0]``; broadcast against the path dimensions of ``z``.
         times : (T + 1,) increasing floats.
         z : array (..., T, d)
-            Independent standard normals (from :func:`cva.rng.normals`), numpy or cupy.
+            Independent standard normals (from :func:`cva.market.rng.normals`), numpy or cupy.
 
         Returns
         -------
@@ -154,13 +157,12 @@ class BlackScholes:
                inner0=0, date=0, step0=0, antithetic=False):
         """Paths from keyed normals: S (n_outer, n_paths, T, d) at ``times[1:]``.
 
-        Path m of outer index l uses the normals of :func:`cva.rng.normals` with keys
+        Path m of outer index l uses the normals of :func:`cva.market.rng.normals` with keys
         (seed, purpose, l, inner0 + m, date, step0 + j): the same numbers whatever the batch
         or the device. With ``antithetic``, paths 2i and 2i + 1 use z and -z of key i.
         ``start`` (n_outer, d) or (d,) defaults to the spot.
         """
-        from cva import rng
-
+        from cva.market import rng
         T = len(times) - 1
         if antithetic:
             b0, b1 = inner0 // 2, (inner0 + n_paths - 1) // 2
@@ -200,7 +202,7 @@ def _paths_gpu(w, start, scale, sqrt_h, drift):
                               .reshape(n_outer, d), dtype=dt)
     w4 = cp.ascontiguousarray(w)
     S = cp.empty_like(w4)
-    fn = get_function("lognormal_paths.cu", "lognormal_paths", dt)
+    fn = get_function("lognormal_paths.cu", "lognormal_paths", dt, cuda_dir=CUDA_DIR)
     total = n_outer * n_inner * d
     blocks = int(min(65535, -(-total // 256)))
     sc = np.ones(d) if scale is None else scale

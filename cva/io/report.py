@@ -7,13 +7,15 @@ import base64
 import io
 import json
 import platform
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from cva import measures, rundir
-from cva.estimators import decay_warnings
+from cva.engine.estimators import decay_warnings
+from cva.io import rundir
+from cva.xva import measures
 
 
 def pfe_label(q: float) -> str:
@@ -298,14 +300,36 @@ def _table(df, name, digits) -> str:
     return f'<div class="wide" id="{name}-table">{html}</div>'
 
 
+@dataclass
+class RunResult:
+    """What ``cva.run`` returns (the numbers of ``summary.json`` plus the per-path values)."""
+
+    cva: float
+    stderr: float
+    ci: tuple
+    exposures: pd.DataFrame
+    solver_stats: pd.DataFrame
+    summary: dict
+    out_dir: Path
+    values: np.ndarray = field(repr=False)            # (N, K) netting-set values of the finest level
+    contributions: np.ndarray = field(repr=False)     # (N,) their per-path CVA contributions
+    levels: list = field(repr=False, default_factory=list)   # [cva.engine.estimators.Level]
+
+    def __repr__(self):
+        s = self.summary
+        return (f"RunResult(cva={self.cva:.6g} +- {self.stderr:.3g}, "
+                f"95% interval [{self.ci[0]:.6g}, {self.ci[1]:.6g}], estimator={s.get('estimator')!r}, "
+                f"outer_paths={s.get('outer_paths')}, "
+                f"inner_paths={s.get('inner_paths')}, out_dir={str(self.out_dir) if self.out_dir else None!r})")
+
+
+
 def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest):
-    """Measures from the levels' per-path values (:mod:`cva.estimators`), then every file of the run directory,
+    """Measures from the levels' per-path values (:mod:`cva.engine.estimators`), then every file of the run directory,
     summary.json last (none where ``out_dir`` is None); the RunResult."""
 
-    from cva.nested import RunResult, exposures_and_cva
-
     q = cfg.output.pfe_quantile
-    prof, est, contrib = exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator, q)
+    prof, est, contrib = measures.exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator, q)
     est["warnings"] = decay_warnings(est["levels"])
     solver = solver_table(plan, stats)
     totals = {m: int(solver[m].sum()) for m in ("ldlt", "householder_pcr", "eig_truncate", "none")}

@@ -3,7 +3,7 @@ the bias of the finite inner sample (Giles & Haji-Ali, "Multilevel nested simula
 estimation", SIAM/ASA J. Uncertainty Quantification 7, 2019: the antithetic multilevel estimator).
 
 On an outer path, ``splits`` = s gives the values from the whole inner set of M paths and from its 2, 4,
-..., 2^s equal parts (the keyed streams give the parts for free: :func:`cva.nested.chunk_values`). The
+..., 2^s equal parts (the keyed streams give the parts for free: :func:`cva.engine.nested.chunk_values`). The
 antithetic correction of the finest count is Y(M) = g(P_M) - (g(P_a) + g(P_b)) / 2 with a, b the halves
 of the same inner set; with a bias b(M) = c1 / M + c2 / M^2 + ..., E[Y(M)] = -c1 / M - 3 c2 / M^2.
 

@@ -1,4 +1,4 @@
-"""The configuration reference, generated from the pydantic models of :mod:`cva.config` (``cva schema``
+"""The configuration reference, generated from the pydantic models of :mod:`cva.io.config` (``cva schema``
 writes it to docs/config.md; a test checks that the file is current)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Literal
 from annotated_types import Ge, Gt, Le, Lt, MinLen
 from pydantic_core import PydanticUndefined
 
-from cva import config as c
+from cva.io import config as c
 
 SECTIONS = [
     ("run", c.Run, "optional"),

@@ -49,9 +49,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from cva import rng
-from cva.basis import regression_dtype
-from cva.model import correlation_matrix
+from cva.engine.basis import regression_dtype
+from cva.market import rng
+from cva.market.model import correlation_matrix
 
 __all__ = [
     "Config", "ConfigError", "Contract", "Counterparty", "Hazards", "Market", "Output", "Regression", "Run",
@@ -600,7 +600,7 @@ class Counterparty(_Section):
         return "flat" if self.hazard_rate is not None else "piecewise" if self.hazards is not None else "cds"
 
 
-MLMC_LEVEL_PATHS = 2**27   # outer paths per level: level l keys outer paths l * 2^27 + i (cva.rng's 2^32 keys)
+MLMC_LEVEL_PATHS = 2**27   # outer paths per level: level l keys outer paths l * 2^27 + i (cva.market.rng's 2^32 keys)
 
 
 class SqrtOuter(_Section):
@@ -644,7 +644,7 @@ class Simulation(_Section):
     ``estimator``: ``mlmc`` (antithetic multilevel nested estimator with the Richardson step on the finest
     level; levels of ``min_inner_paths`` to ``inner_paths`` inner paths, doubling), ``extrapolated`` (the
     Richardson step on one level: 2 g(P_M) - (g(P_a) + g(P_b)) / 2) or ``plain`` (with its bias estimate);
-    see :mod:`cva.estimators`.
+    see :mod:`cva.engine.estimators`.
     """
 
     dates: Int = Field(10, ge=1)
@@ -697,7 +697,7 @@ class Simulation(_Section):
     def mlmc_levels(self) -> list[int]:
         """The inner paths per level of ``mlmc``: ``inner_paths`` halved while even and >= ``min_inner_paths``, and
         at least twice."""
-        from cva.estimators import level_counts
+        from cva.engine.estimators import level_counts
 
         return level_counts(self.inner_paths_for(), self.min_inner_paths)
 
@@ -714,7 +714,7 @@ class Simulation(_Section):
 class Regression(_Section):
     """``regression``: options of ``linalg_gpu.solve_small`` for the LSM normal equations, and their dtype
     (``auto``: float64 for the Laguerre basis, else the run's; ``run``; ``float64``: see
-    :func:`cva.basis.regression_dtype`)."""
+    :func:`cva.engine.basis.regression_dtype`)."""
 
     method: Literal["auto", "ldlt", "householder_pcr", "eig_truncate"] = "auto"
     cond_max: Num = Field(1e5, gt=1)
@@ -881,7 +881,7 @@ class Config(_Section):
 
     def regression_dtype(self) -> np.dtype:
         """The dtype of the LSM regressions: ``regression.dtype`` for this run's dtype and basis
-        (:func:`cva.basis.regression_dtype`)."""
+        (:func:`cva.engine.basis.regression_dtype`)."""
         return regression_dtype(self.regression.dtype, self.run.dtype, self.simulation.basis)
 
     def summary(self) -> str:

@@ -1,5 +1,5 @@
-"""The nested Monte Carlo engine of paper 001, section 2: exposures of a netting set with
-Bermudan contracts, and the CVA.
+"""The nested Monte Carlo engine (Abbas-Turki & Graillat, section 2): the per-path values of a netting set
+with Bermudan contracts, chunk by chunk, and the levels of the estimators (:mod:`cva.engine.estimators`).
 
 Outer paths of the d-asset model run on the simulation grid (the union of the exposure dates
 and every contract's exercise dates). At each grid date t_g where a live contract is needed
@@ -12,7 +12,7 @@ inner mean. Along the outer path, the holder exercises at an exercise date when 
 positive and at least the inner-estimated continuation value; the contract then pays once and
 has no exposure after. The netting-set value is P = sum_c quantity_c * value_c.
 
-Every random number is keyed by (seed, outer path, date, inner path, asset) (:mod:`cva.rng`),
+Every random number is keyed by (seed, outer path, date, inner path, asset) (:mod:`cva.market.rng`),
 so the per-path numbers do not depend on the chunking; the solver memory is per outer path
 (keyed by contract and regression date, see :func:`chunk_values`), so neither does the method
 chosen for a path's regressions, and a resumed run is bitwise the uninterrupted one.
@@ -20,28 +20,19 @@ chosen for a path's regressions, and a resumed run is bitwise the uninterrupted 
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 import linalg_gpu as lg
-from cva import basis, measures, rundir
-from cva.analytic import black_scholes_array
-from cva.backend import resolve_backend
-from cva.config import grid_key, load_config
-from cva.credit import Counterparty
-from cva.estimators import Level, allocate, combine, level_table
-from cva.lsm import StageClock, longstaff_schwartz
-from cva.model import BlackScholes
-from cva.products import Contract
-from cva.rundir import ResumeError, RunDirectoryError  # noqa: F401  (re-exported)
+from cva.engine import basis
+from cva.engine.estimators import Level, allocate, combine, level_table
+from cva.engine.lsm import StageClock, longstaff_schwartz
+from cva.engine.plan import bytes_per_outer_path, level_specs
+from cva.instruments.analytic import black_scholes_array
+from cva.io import rundir
+from cva.io.config import MLMC_LEVEL_PATHS
 from linalg_gpu._backend import to_host as _host
 
 STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions", "solve", "exercise", "statistics",
@@ -49,100 +40,6 @@ STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions",
 COND_SAMPLE = 256          # outer paths (the first, whatever the chunking) whose regression matrices' condition
                            # numbers are computed per (contract, date) (cuSOLVER's syevj on 256 matrices per call
                            # was ~40% of the assembly stage when done in every chunk of bench_cva on an H100)
-CPU_CHUNK_BYTES = 256 << 20
-GPU_MEMORY_FRACTION = 0.25
-
-
-@dataclass
-class Plan:
-    """The static layout of a run: grid, exposure dates, contracts, path counts."""
-
-    grid: np.ndarray                  # (G,) grid times on (0, T]
-    exposure_index: np.ndarray        # (K,) grid index of each exposure date
-    contracts: list                   # [Contract]
-    exercise_index: list              # per contract: grid indices of its exercise dates (last = maturity)
-    closed_form: list                 # per contract: valued by Black-Scholes (European on one asset)
-    outer_paths: int
-    inner_paths: int
-    basis: str
-    payoff_regressor: bool
-
-    @property
-    def dates(self) -> np.ndarray:
-        return self.grid[self.exposure_index]
-
-
-def build_plan(cfg) -> Plan:
-    """The plan of a validated config (its grid's size and distinct dates are checked by :mod:`cva.config`)."""
-    contracts = [Contract.from_config(c) for c in cfg.portfolio]
-    keys, T = cfg.grid_keys()                                      # dates equal to 12 digits relative to T
-    grid = keys * T
-
-    def index(t):
-        return np.searchsorted(keys, grid_key(t, T))
-
-    return Plan(grid=grid, exposure_index=index(cfg.exposure_times()), contracts=contracts,
-                exercise_index=[index(c.exercise_times()) for c in contracts],
-                closed_form=[c.is_european and (c.underlying == "asset" or cfg.d == 1) for c in contracts],
-                outer_paths=cfg.simulation.outer_paths, inner_paths=cfg.simulation.inner_paths_for(),
-                basis=cfg.simulation.basis, payoff_regressor=cfg.simulation.payoff_regressor)
-
-
-def bytes_per_outer_path(plan, d, itemsize) -> int:
-    """The memory estimate per outer path of a chunk: the inner paths of the first date and their regressions."""
-    p = basis.basis_size(plan.basis, d, plan.payoff_regressor)
-    return plan.inner_paths * itemsize * (5 * len(plan.grid) * d + 4 * p + 8)
-
-
-#: Inner asset-steps per second, regressions included, as measured here: the quickstart on a 2-core CPU
-#: (7.1e7 steps in 7.1 s) and bench_cva on an H100 (2.2e10 float32 steps of d = 29 in 0.8 s). An estimate's
-#: order of magnitude, not a promise.
-STEP_RATES = {"cpu": 1.0e7, "gpu": 2.0e10}
-#: Runs estimated to take longer than this are refused unless confirmed (``cva run --yes``, ``confirm=True``).
-COST_LIMIT_SECONDS = 4 * 3600
-
-
-def run_cost(cfg, backend: str) -> dict:
-    """What a run will cost before it starts: inner asset-steps (the paths of every level and inner-set part,
-    with ``outer_paths`` on each level of ``mlmc`` as a bound on its allocation), the memory of a chunk's
-    first date per outer path, and a time estimate from :data:`STEP_RATES` on ``backend`` ("cpu" | "gpu")."""
-    plan = build_plan(cfg)
-    steps = 0
-    G = len(plan.grid)
-    exposure = set(int(k) for k in plan.exposure_index)
-    for g in range(G):
-        needs = [int(ix[-1]) for ci, ix in enumerate(plan.exercise_index) if not plan.closed_form[ci]
-                 and g < int(ix[-1]) and (g in exposure or g in ix)]
-        steps += max(needs) - g if needs else 0
-    specs = level_specs(cfg)
-    outer = cfg.simulation.outer_paths
-    per_path = sum(m * (1 + 0.4 * splits) for m, splits in specs)
-    asset_steps = float(outer) * per_path * steps * cfg.d
-    seconds = asset_steps / STEP_RATES[backend]
-    itemsize = np.dtype(cfg.run.dtype).itemsize
-    return {"inner_asset_steps": asset_steps, "seconds": seconds, "backend": backend,
-            "bytes_per_outer_path": bytes_per_outer_path(plan, cfg.d, itemsize), "grid_dates": G}
-
-
-def describe_cost(cost) -> str:
-    """One line: the inner asset-steps, the memory per outer path and the time estimate."""
-    t = cost["seconds"]
-    when = f"{t:.0f} s" if t < 120 else f"{t / 60:.0f} min" if t < 7200 else f"{t / 3600:.1f} h" if t < 172800 \
-        else f"{t / 86400:.0f} days"
-    return (f"about {cost['inner_asset_steps']:.2g} inner asset-steps, {cost['bytes_per_outer_path'] / 2**20:.3g} MiB "
-            f"per outer path of a chunk, of the order of {when} on the {cost['backend']}")
-
-
-def chunk_size(plan, d, itemsize, xp) -> int:
-    """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
-    one path rounds a basket's average differently, and its values would depend on the chunking)."""
-    if xp is np:
-        budget = CPU_CHUNK_BYTES
-    else:
-        free, _ = xp.cuda.runtime.memGetInfo()
-        budget = GPU_MEMORY_FRACTION * (free + xp.get_default_memory_pool().free_bytes())
-    return int(max(2, min(plan.outer_paths, budget // bytes_per_outer_path(plan, d, itemsize))))
-
 
 class DateStats:
     """Solver statistics per grid date (the valuation date of the inner problems): ``regressions`` counts the
@@ -182,10 +79,10 @@ class DateStats:
 
 
 def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=None, splits=0, cond_sample=0):
-    """Netting-set values on outer paths l0 .. l0 + Lc - 1 (keys of :mod:`cva.rng`; host, float64): the array
+    """Netting-set values on outer paths l0 .. l0 + Lc - 1 (keys of :mod:`cva.market.rng`; host, float64): the array
     (2^(splits + 1) - 1, Lc, K) of P from ``inner_paths`` inner paths (default the plan's), then from each
     half of the same inner paths, each quarter, ... (``splits`` times halved; the antithetic multilevel
-    corrections of :mod:`cva.estimators`), each with its own exercise decisions.
+    corrections of :mod:`cva.engine.estimators`), each with its own exercise decisions.
 
     The solver memory is per system (``SolverMemory(per_system=True)``) and keyed by contract and
     regression date: each outer path's regression at exercise date t_j starts, at the next
@@ -282,38 +179,7 @@ def _steps(S, idx):
 # the run: chunks, resume, measures
 
 
-@dataclass
-class RunResult:
-    """What ``cva.run`` returns (the numbers of ``summary.json`` plus the per-path values)."""
-
-    cva: float
-    stderr: float
-    ci: tuple
-    exposures: pd.DataFrame
-    solver_stats: pd.DataFrame
-    summary: dict
-    out_dir: Path
-    values: np.ndarray = field(repr=False)            # (N, K) netting-set values of the finest level
-    contributions: np.ndarray = field(repr=False)     # (N,) their per-path CVA contributions
-    levels: list = field(repr=False, default_factory=list)   # [cva.estimators.Level]
-
-    def __repr__(self):
-        s = self.summary
-        return (f"RunResult(cva={self.cva:.6g} +- {self.stderr:.3g}, "
-                f"95% interval [{self.ci[0]:.6g}, {self.ci[1]:.6g}], estimator={s.get('estimator')!r}, "
-                f"outer_paths={s.get('outer_paths')}, "
-                f"inner_paths={s.get('inner_paths')}, out_dir={str(self.out_dir) if self.out_dir else None!r})")
-
-
-def level_specs(cfg) -> list[tuple[int, int]]:
-    """(inner paths, splits) per level of the config's estimator (:mod:`cva.estimators`)."""
-    sim = cfg.simulation
-    if sim.estimator == "mlmc":
-        return [(m, 0 if i == 0 else 1) for i, m in enumerate(sim.mlmc_levels())]
-    return [(sim.inner_paths_for(), 1 if sim.estimator == "plain" else 2)]
-
-
-class _Levels:
+class Levels:
     """The levels' per-path values, grown chunk by chunk: computed (and saved), or read back on resume.
 
     Level l's outer path i has the key l * MLMC_LEVEL_PATHS + i, so the levels are independent and a
@@ -348,8 +214,6 @@ class _Levels:
 
     def ensure(self, li, n):
         """Level ``li`` has at least ``n`` outer paths."""
-        from cva.config import MLMC_LEVEL_PATHS
-
         if n > MLMC_LEVEL_PATHS:
             raise ValueError(f"level {li} of the estimator needs {n} outer paths, more than {MLMC_LEVEL_PATHS}: "
                              f"ask for a larger simulation.target_rmse or fewer outer paths")
@@ -410,7 +274,7 @@ class _Levels:
                 for li, (m, splits) in enumerate(self.specs)]
 
 
-def _sample_levels(cfg, lv, g, log):
+def sample_levels(cfg, lv, g, log):
     """Grow the levels to the estimator's plan: ``outer_paths`` on the one level of ``plain`` and
     ``extrapolated``; for ``mlmc`` the fixed ``level_paths``, else the MLMC allocation (Giles 2008) for the
     target variance, iterated on the measured variances from ``pilot_paths`` per level on; with
@@ -465,135 +329,8 @@ def _absolute_rmse(target, estimate) -> float:
     return float(target)
 
 
-def _progress(total, initial, enabled):
-    if enabled and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        return tqdm(total=total, initial=initial, unit="chunk", desc="outer chunks")
-    return None
-
-
-def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, log=None, overwrite=False,
-        keep_chunks=False, confirm=False, write=True) -> RunResult:
-    """Run the nested Monte Carlo CVA of ``config`` and write the run directory (:mod:`cva.rundir`).
-
-    The estimator (``simulation.estimator``, :mod:`cva.estimators`) removes the bias of the finite inner
-    sample and says how much remains; its interval accounts for it.
-
-    Parameters
-    ----------
-    config : path to a YAML file, a dict or a :class:`cva.config.Config`.
-    out : run directory (default ``output.dir`` of the config, else ``reports/<run.name>``).
-    backend : "auto" | "cpu" | "gpu" (default ``run.backend``); ``auto`` says which it took.
-    resume : continue the run in ``out`` from its last finished chunk, or finish its report (same config but
-        for the keys of :data:`cva.rundir.UNHASHED`, chunk size, backend and dtype; else a
-        :class:`~cva.rundir.ResumeError` names what changed); the result is bitwise the uninterrupted one.
-    chunk : outer paths per chunk, >= 2 (default ``simulation.chunk``, else with ``resume`` the interrupted
-        run's, else from free memory).
-    progress : a bar over the chunks on a terminal, else a log line per chunk; False prints nothing.
-    log : callable for the log lines (default: print to stderr).
-    overwrite : replace the earlier run in a non-empty ``out`` (else a :class:`~cva.rundir.RunDirectoryError`).
-    keep_chunks : keep the chunk files after the run is complete (default: removed).
-    confirm : run even when :func:`run_cost` estimates more than :data:`COST_LIMIT_SECONDS` (else a ValueError).
-    write : False computes the result without a run directory (no files, no resume; ``result.out_dir`` None).
-    """
-    from cva import report
-
-    if log is None:
-        log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
-    cfg = load_config(config)
-    cp_cfg = cfg.require_counterparty()
-    xp, device = resolve_backend(backend or cfg.run.backend)
-    model = BlackScholes.from_market(cfg.market)
-    counterparty = Counterparty.from_config(cp_cfg, model.rate)
-    plan = build_plan(cfg)
-    dtype = np.dtype(cfg.run.dtype)
-    if chunk is not None and int(chunk) < 2:
-        raise ValueError(f"chunk must be >= 2, got {chunk}")
-    cost = run_cost(cfg, "cpu" if xp is np else "gpu")
-    if cost["seconds"] > COST_LIMIT_SECONDS and not confirm:
-        raise ValueError(f"the run would take {describe_cost(cost)}, over the limit of {COST_LIMIT_SECONDS / 3600:g} "
-                         f"h: confirm with --yes (confirm=True), or lower simulation.outer_paths or inner_paths")
-    if not write and (resume or keep_chunks):
-        raise ValueError("write=False keeps no run directory: it cannot resume or keep chunks")
-    out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}") if write else None
-    if resume and not (out_dir / rundir.MANIFEST).exists():
-        rundir.read_manifest(out_dir / rundir.MANIFEST)                      # the one-line "does not exist"
-    if write:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    with rundir.locked(out_dir) if write else contextlib.nullcontext():
-        old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
-        chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
-                    or chunk_size(plan, model.d, dtype.itemsize, xp))
-        manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
-                    "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg)}
-        if resume:
-            rundir.check_resumable(out_dir, old, manifest)
-            if rundir.read_summary_status(out_dir) == "complete":
-                raise rundir.ResumeError(f"cannot resume {out_dir}: the run is complete (summary.json); use "
-                                         f"--overwrite to run it again")
-        elif write:
-            rundir.start_fresh(out_dir, report.OUTPUTS, overwrite)
-            (out_dir / rundir.CHUNKS).mkdir(exist_ok=True)
-            rundir.write_text(out_dir / rundir.MANIFEST, json.dumps(manifest, indent=2))
-        specs = level_specs(cfg)
-        log(f"cva run {cfg.run.name}: backend {device}; estimator {cfg.simulation.estimator}, inner paths "
-            f"{'/'.join(str(m) for m, _ in specs)}, {len(plan.grid)} grid dates, chunks of {chunk} outer paths"
-            + (f"; resuming {out_dir}" if resume else "") + f"; {describe_cost(cost)}")
-        stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
-        t_start = time.perf_counter()
-        bar = _progress(None, 0, progress)
-        try:
-            lv = _Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume)
-            _sample_levels(cfg, lv, _cva_functional(plan, model, counterparty), log)
-        finally:
-            if bar is not None:
-                bar.close()
-        elapsed = time.perf_counter() - t_start
-        result = report.finish(cfg, plan, model, counterparty, lv.levels(), stats, timings, out_dir,
-                               device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
-        if write and not keep_chunks:
-            rundir.remove_chunks(out_dir)
-    return result
-
-
 def _add_timings(total, part):
     for k, v in part.items():
         total[k] = total.get(k, 0.0) + v
 
 
-def _cva_functional(plan, model, counterparty):
-    """g(P): the per-path CVA contributions of the values P (N, K)."""
-    q = counterparty.curve.default_probabilities(plan.dates)
-    return lambda P: measures.cva_contributions(P, plan.dates, model.rate, q, counterparty.recovery)
-
-
-def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile=measures.PFE_LEVEL):
-    """The exposure profile (DataFrame; EE, ENE and the mean value by the estimator, PFE the ``pfe_quantile``
-    quantile of the finest level's P^+, not bias-corrected), the CVA estimate (dict of
-    :func:`cva.estimators.combine` with ``cva``, ``stderr``, ``ci_low``, ``ci_high``) and the finest level's
-    per-path contributions."""
-    dates = plan.dates
-    g = _cva_functional(plan, model, counterparty)
-    est = combine(levels, g, estimator)
-    ee = combine(levels, lambda P: np.maximum(P, 0.0), estimator)
-    ene = combine(levels, lambda P: np.minimum(P, 0.0), estimator)
-    mean = combine(levels, lambda P: P, estimator)
-    fine = levels[-1].sets[0]
-    q = counterparty.curve.default_probabilities(dates)
-    prof = pd.DataFrame({"date": dates, "EE": ee["estimate"], "EE_stderr": ee["stderr"], "ENE": ene["estimate"],
-                         "PFE": np.quantile(np.maximum(fine, 0.0), pfe_quantile, axis=0),
-                         "mean_value": mean["estimate"]})
-    if estimator != "plain":
-        prof["EE_uncorrected"] = np.maximum(fine, 0.0).mean(axis=0)
-    prof["discount"] = np.exp(-model.rate * dates)
-    prof["survival"] = counterparty.curve.survival(dates)
-    prof["default_prob"] = q
-    prof["cva_contribution"] = (1 - counterparty.recovery) * prof["discount"] * prof["EE"] * q
-    summary = {"cva": float(est["estimate"]), "stderr": float(est["stderr"]), "ci_low": float(est["ci_low"]),
-               "ci_high": float(est["ci_high"]), "estimator": estimator,
-               "bias_estimate": float(est["bias_estimate"]), "bias_stderr": float(est["bias_stderr"]),
-               "remaining_bias": None if est["remaining_bias"] is None else float(est["remaining_bias"]),
-               "remaining_bias_stderr": None if est["remaining_stderr"] is None else float(est["remaining_stderr"]),
-               "levels": level_table(levels, g, estimator)}
-    return prof, summary, g(fine)

@@ -29,6 +29,8 @@ References
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from linalg_gpu._backend import SUPPORTED_DTYPES
@@ -49,6 +51,8 @@ _CHUNK_BYTES = 16 * 2**20      # cap on the numpy path's temporaries (16 MB: cac
 _BYTES_PER_GROUP = 320         # temporaries per Philox call of the numpy path (measured ~250 B)
 _THREADS = 256                 # CUDA block size
 _MAX_BLOCKS = 8192             # grid cap; the kernels loop grid-stride
+
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"     # this package's kernels (the loader is linalg_gpu's)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,7 +322,7 @@ def _launch(kernel, dtype, out, args):
     ng = ((q0 + nq - 1) >> 2) - (q0 >> 2) + 1
     total = n_outer * n_inner * ng                                                  # Philox calls = threads
     blocks = min(_MAX_BLOCKS, -(-total // _THREADS))
-    fn = get_function("philox.cu", kernel, dtype)
+    fn = get_function("philox.cu", kernel, dtype, cuda_dir=CUDA_DIR)
     fn((blocks,), (_THREADS,), (out, *(np.uint32(v) for v in args)))
 
 

@@ -3,7 +3,7 @@
 Every contract is simulated on its own exercise grid from keyed normals (purpose "price"),
 so the contracts of one file share their random numbers (common random numbers). European
 contracts are the discounted mean payoff and come with their closed form where one exists
-(:mod:`cva.analytic`); Bermudan and American ones use :func:`cva.lsm.longstaff_schwartz`.
+(:mod:`cva.instruments.analytic`); Bermudan and American ones use :func:`cva.engine.lsm.longstaff_schwartz`.
 With ``out_of_sample`` the estimated exercise policy is also applied to a second,
 independent path set (purpose "price_eval"), a low-biased estimate (LS 2001, section 3).
 """
@@ -15,13 +15,13 @@ import time
 import numpy as np
 import pandas as pd
 
-from cva import basis
-from cva.analytic import closed_form_price
 from cva.backend import resolve_backend
-from cva.config import load_config
-from cva.lsm import apply_policy, longstaff_schwartz, report_summary
-from cva.model import BlackScholes
-from cva.products import Contract
+from cva.engine import basis
+from cva.engine.lsm import apply_policy, longstaff_schwartz, report_summary
+from cva.instruments.analytic import closed_form_price
+from cva.instruments.products import Contract
+from cva.io.config import load_config
+from cva.market.model import BlackScholes
 from linalg_gpu._backend import to_host as _host
 
 Z95 = 1.959963984540054
@@ -32,7 +32,7 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
 
     Parameters
     ----------
-    config : path to a YAML file, a dict, or a :class:`cva.config.Config`.
+    config : path to a YAML file, a dict, or a :class:`cva.io.config.Config`.
     backend : "auto" | "cpu" | "gpu", optional (default: ``run.backend`` of the config).
     paths : int, optional (default: ``simulation.pricing_paths``).
     out_of_sample : bool, optional (default: ``simulation.out_of_sample``).

@@ -79,7 +79,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     times : (N,) increasing floats, the exercise dates (absolute times, >= t0).
     payoff_fn : callable, S (..., d) -> exercise value (...).
     basis_fn : callable, (S (..., d), exercise value (...)) -> regressors (..., p).
-        A :class:`cva.basis.Basis` whose ``affine`` is true is used on the GPU without forming the
+        A :class:`cva.engine.basis.Basis` whose ``affine`` is true is used on the GPU without forming the
         regressors: the normal equations and fitted values come from S's slice by strided products.
     rate : float, the flat continuously compounded rate.
     t0 : float, the valuation time (the start of the paths).
@@ -99,10 +99,10 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     regression_dtype : dtype, optional
         The precision of the regression: the regressors (from S cast to it), the normal equations, the
         solves and the continuation values. Default: S's dtype. float64 for float32 paths is for
-        bases whose normal equations float32 cannot hold (:func:`cva.basis.regression_dtype`).
+        bases whose normal equations float32 cannot hold (:func:`cva.engine.basis.regression_dtype`).
     splits : int, default 0
         Also price each set's 2, 4, ..., 2^splits equal parts (paths in order) on their own, into
-        ``result.parts`` (the inner sets of :mod:`cva.estimators`): the Gram matrices of the finest parts
+        ``result.parts`` (the inner sets of :mod:`cva.engine.estimators`): the Gram matrices of the finest parts
         are formed once and averaged for the coarser ones, the right-hand sides, solves and exercise
         decisions are each part's own. The reports, conditions and coefficients are the whole sets'.
 

@@ -51,7 +51,7 @@ class Contract:
 
     @classmethod
     def from_config(cls, c) -> Contract:
-        """From a normalized contract of :class:`cva.config.Config` (``config.portfolio[i]``)."""
+        """From a normalized contract of :class:`cva.io.config.Config` (``config.portfolio[i]``)."""
         return cls(style=c.style, payoff=c.payoff, underlying=c.underlying, strike=c.strike, maturity=c.maturity,
                    n_exercise=c.n_exercise, asset=c.asset, weights=None if c.weights is None else tuple(c.weights),
                    quantity=c.quantity, name=c.name)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from cva.engine.estimators import combine, level_table
+
 Z95 = 1.959963984540054
 PFE_LEVEL = 0.975             # the default of output.pfe_quantile
 
@@ -63,3 +65,40 @@ def epe_eepe(dates, ee) -> dict:
     w = np.clip(np.minimum(dates, horizon) - np.concatenate([[0.0], dates[:-1]]), 0.0, None)
     eepe = float(np.sum(eee * w) / horizon)
     return {"EPE": epe, "EEPE": eepe}
+
+
+def cva_functional(plan, model, counterparty):
+    """g(P): the per-path CVA contributions of the values P (N, K)."""
+    q = counterparty.curve.default_probabilities(plan.dates)
+    return lambda P: cva_contributions(P, plan.dates, model.rate, q, counterparty.recovery)
+
+
+def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile=PFE_LEVEL):
+    """The exposure profile (DataFrame; EE, ENE and the mean value by the estimator, PFE the ``pfe_quantile``
+    quantile of the finest level's P^+, not bias-corrected), the CVA estimate (dict of
+    :func:`cva.engine.estimators.combine` with ``cva``, ``stderr``, ``ci_low``, ``ci_high``) and the finest level's
+    per-path contributions."""
+    dates = plan.dates
+    g = cva_functional(plan, model, counterparty)
+    est = combine(levels, g, estimator)
+    ee = combine(levels, lambda P: np.maximum(P, 0.0), estimator)
+    ene = combine(levels, lambda P: np.minimum(P, 0.0), estimator)
+    mean = combine(levels, lambda P: P, estimator)
+    fine = levels[-1].sets[0]
+    q = counterparty.curve.default_probabilities(dates)
+    prof = pd.DataFrame({"date": dates, "EE": ee["estimate"], "EE_stderr": ee["stderr"], "ENE": ene["estimate"],
+                         "PFE": np.quantile(np.maximum(fine, 0.0), pfe_quantile, axis=0),
+                         "mean_value": mean["estimate"]})
+    if estimator != "plain":
+        prof["EE_uncorrected"] = np.maximum(fine, 0.0).mean(axis=0)
+    prof["discount"] = np.exp(-model.rate * dates)
+    prof["survival"] = counterparty.curve.survival(dates)
+    prof["default_prob"] = q
+    prof["cva_contribution"] = (1 - counterparty.recovery) * prof["discount"] * prof["EE"] * q
+    summary = {"cva": float(est["estimate"]), "stderr": float(est["stderr"]), "ci_low": float(est["ci_low"]),
+               "ci_high": float(est["ci_high"]), "estimator": estimator,
+               "bias_estimate": float(est["bias_estimate"]), "bias_stderr": float(est["bias_stderr"]),
+               "remaining_bias": None if est["remaining_bias"] is None else float(est["remaining_bias"]),
+               "remaining_bias_stderr": None if est["remaining_stderr"] is None else float(est["remaining_stderr"]),
+               "levels": level_table(levels, g, estimator)}
+    return prof, summary, g(fine)

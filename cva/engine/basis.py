@@ -63,7 +63,7 @@ def evaluate(name: str, S, scale, payoff=None, order_statistics=False):
 
 @dataclass(frozen=True, eq=False)
 class Basis:
-    """psi(S, payoff) -> regressors: :func:`evaluate` with its options bound (for :mod:`cva.lsm`)."""
+    """psi(S, payoff) -> regressors: :func:`evaluate` with its options bound (for :mod:`cva.engine.lsm`)."""
 
     name: str
     scale: np.ndarray
@@ -77,7 +77,7 @@ class Basis:
     @property
     def affine(self) -> bool:
         """psi = (1, S / scale[, payoff / mean(scale)]): the LSM's GPU path then takes its normal equations
-        and fitted values from S itself, without forming psi (:mod:`cva.lsm`)."""
+        and fitted values from S itself, without forming psi (:mod:`cva.engine.lsm`)."""
         return self.name == "linear" and not self.order_statistics
 
     def inverse_scale(self, d: int) -> np.ndarray:
@@ -90,7 +90,7 @@ class Basis:
 
 
 def regression_dtype(setting: str, dtype, name: str) -> np.dtype:
-    """The dtype of the LSM regressions (config ``regression.dtype``, :func:`cva.lsm.longstaff_schwartz`):
+    """The dtype of the LSM regressions (config ``regression.dtype``, :func:`cva.engine.lsm.longstaff_schwartz`):
     ``run`` the paths' ``dtype``, ``float64`` always float64, ``auto`` float64 for the Laguerre basis and
     the paths' dtype otherwise.
 

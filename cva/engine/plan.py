@@ -1,0 +1,116 @@
+"""The plan of a run: the simulation grid and its exposure and exercise dates, the contracts, the levels of
+the estimator, the memory per outer path and the chunk size, and the run's cost before it starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cva.engine import basis
+from cva.instruments.products import Contract
+from cva.io.config import grid_key
+
+CPU_CHUNK_BYTES = 256 << 20
+GPU_MEMORY_FRACTION = 0.25
+
+
+@dataclass
+class Plan:
+    """The static layout of a run: grid, exposure dates, contracts, path counts."""
+
+    grid: np.ndarray                  # (G,) grid times on (0, T]
+    exposure_index: np.ndarray        # (K,) grid index of each exposure date
+    contracts: list                   # [Contract]
+    exercise_index: list              # per contract: grid indices of its exercise dates (last = maturity)
+    closed_form: list                 # per contract: valued by Black-Scholes (European on one asset)
+    outer_paths: int
+    inner_paths: int
+    basis: str
+    payoff_regressor: bool
+
+    @property
+    def dates(self) -> np.ndarray:
+        return self.grid[self.exposure_index]
+
+
+def build_plan(cfg) -> Plan:
+    """The plan of a validated config (its grid's size and distinct dates are checked by :mod:`cva.io.config`)."""
+    contracts = [Contract.from_config(c) for c in cfg.portfolio]
+    keys, T = cfg.grid_keys()                                      # dates equal to 12 digits relative to T
+    grid = keys * T
+
+    def index(t):
+        return np.searchsorted(keys, grid_key(t, T))
+
+    return Plan(grid=grid, exposure_index=index(cfg.exposure_times()), contracts=contracts,
+                exercise_index=[index(c.exercise_times()) for c in contracts],
+                closed_form=[c.is_european and (c.underlying == "asset" or cfg.d == 1) for c in contracts],
+                outer_paths=cfg.simulation.outer_paths, inner_paths=cfg.simulation.inner_paths_for(),
+                basis=cfg.simulation.basis, payoff_regressor=cfg.simulation.payoff_regressor)
+
+
+def bytes_per_outer_path(plan, d, itemsize) -> int:
+    """The memory estimate per outer path of a chunk: the inner paths of the first date and their regressions."""
+    p = basis.basis_size(plan.basis, d, plan.payoff_regressor)
+    return plan.inner_paths * itemsize * (5 * len(plan.grid) * d + 4 * p + 8)
+
+
+#: Inner asset-steps per second, regressions included, as measured here: the quickstart on a 2-core CPU
+#: (7.1e7 steps in 7.1 s) and bench_cva on an H100 (2.2e10 float32 steps of d = 29 in 0.8 s). An estimate's
+#: order of magnitude, not a promise.
+STEP_RATES = {"cpu": 1.0e7, "gpu": 2.0e10}
+#: Runs estimated to take longer than this are refused unless confirmed (``cva run --yes``, ``confirm=True``).
+COST_LIMIT_SECONDS = 4 * 3600
+
+
+def run_cost(cfg, backend: str) -> dict:
+    """What a run will cost before it starts: inner asset-steps (the paths of every level and inner-set part,
+    with ``outer_paths`` on each level of ``mlmc`` as a bound on its allocation), the memory of a chunk's
+    first date per outer path, and a time estimate from :data:`STEP_RATES` on ``backend`` ("cpu" | "gpu")."""
+    plan = build_plan(cfg)
+    steps = 0
+    G = len(plan.grid)
+    exposure = set(int(k) for k in plan.exposure_index)
+    for g in range(G):
+        needs = [int(ix[-1]) for ci, ix in enumerate(plan.exercise_index) if not plan.closed_form[ci]
+                 and g < int(ix[-1]) and (g in exposure or g in ix)]
+        steps += max(needs) - g if needs else 0
+    specs = level_specs(cfg)
+    outer = cfg.simulation.outer_paths
+    per_path = sum(m * (1 + 0.4 * splits) for m, splits in specs)
+    asset_steps = float(outer) * per_path * steps * cfg.d
+    seconds = asset_steps / STEP_RATES[backend]
+    itemsize = np.dtype(cfg.run.dtype).itemsize
+    return {"inner_asset_steps": asset_steps, "seconds": seconds, "backend": backend,
+            "bytes_per_outer_path": bytes_per_outer_path(plan, cfg.d, itemsize), "grid_dates": G}
+
+
+def describe_cost(cost) -> str:
+    """One line: the inner asset-steps, the memory per outer path and the time estimate."""
+    t = cost["seconds"]
+    when = f"{t:.0f} s" if t < 120 else f"{t / 60:.0f} min" if t < 7200 else f"{t / 3600:.1f} h" if t < 172800 \
+        else f"{t / 86400:.0f} days"
+    return (f"about {cost['inner_asset_steps']:.2g} inner asset-steps, {cost['bytes_per_outer_path'] / 2**20:.3g} MiB "
+            f"per outer path of a chunk, of the order of {when} on the {cost['backend']}")
+
+
+def chunk_size(plan, d, itemsize, xp) -> int:
+    """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
+    one path rounds a basket's average differently, and its values would depend on the chunking)."""
+    if xp is np:
+        budget = CPU_CHUNK_BYTES
+    else:
+        free, _ = xp.cuda.runtime.memGetInfo()
+        budget = GPU_MEMORY_FRACTION * (free + xp.get_default_memory_pool().free_bytes())
+    return int(max(2, min(plan.outer_paths, budget // bytes_per_outer_path(plan, d, itemsize))))
+
+
+def level_specs(cfg) -> list[tuple[int, int]]:
+    """(inner paths, splits) per level of the config's estimator (:mod:`cva.engine.estimators`)."""
+    sim = cfg.simulation
+    if sim.estimator == "mlmc":
+        return [(m, 0 if i == 0 else 1) for i, m in enumerate(sim.mlmc_levels())]
+    return [(sim.inner_paths_for(), 1 if sim.estimator == "plain" else 2)]
+
+

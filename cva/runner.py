@@ -1,0 +1,121 @@
+"""``cva.run``: a run from its config to its run directory. The plan and the engine's levels of per-path values
+(:mod:`cva.engine`), the estimate and the measures (:mod:`cva.xva`), the files (:mod:`cva.io`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cva.backend import resolve_backend
+from cva.engine.nested import STAGES, DateStats, Levels, sample_levels
+from cva.engine.plan import (
+    COST_LIMIT_SECONDS,
+    build_plan,
+    chunk_size,
+    describe_cost,
+    level_specs,
+    run_cost,
+)
+from cva.io import report, rundir
+from cva.io.config import load_config
+from cva.io.report import RunResult
+from cva.market.model import BlackScholes
+from cva.xva.credit import Counterparty
+from cva.xva.measures import cva_functional
+
+
+def _progress(total, initial, enabled):
+    if enabled and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, initial=initial, unit="chunk", desc="outer chunks")
+    return None
+
+
+def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, log=None, overwrite=False,
+        keep_chunks=False, confirm=False, write=True) -> RunResult:
+    """Run the nested Monte Carlo CVA of ``config`` and write the run directory (:mod:`cva.io.rundir`).
+
+    The estimator (``simulation.estimator``, :mod:`cva.engine.estimators`) removes the bias of the finite inner
+    sample and says how much remains; its interval accounts for it.
+
+    Parameters
+    ----------
+    config : path to a YAML file, a dict or a :class:`cva.io.config.Config`.
+    out : run directory (default ``output.dir`` of the config, else ``reports/<run.name>``).
+    backend : "auto" | "cpu" | "gpu" (default ``run.backend``); ``auto`` says which it took.
+    resume : continue the run in ``out`` from its last finished chunk, or finish its report (same config but
+        for the keys of :data:`cva.io.rundir.UNHASHED`, chunk size, backend and dtype; else a
+        :class:`~cva.io.rundir.ResumeError` names what changed); the result is bitwise the uninterrupted one.
+    chunk : outer paths per chunk, >= 2 (default ``simulation.chunk``, else with ``resume`` the interrupted
+        run's, else from free memory).
+    progress : a bar over the chunks on a terminal, else a log line per chunk; False prints nothing.
+    log : callable for the log lines (default: print to stderr).
+    overwrite : replace the earlier run in a non-empty ``out`` (else a :class:`~cva.io.rundir.RunDirectoryError`).
+    keep_chunks : keep the chunk files after the run is complete (default: removed).
+    confirm : run even when :func:`run_cost` estimates more than :data:`COST_LIMIT_SECONDS` (else a ValueError).
+    write : False computes the result without a run directory (no files, no resume; ``result.out_dir`` None).
+    """
+    if log is None:
+        log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
+    cfg = load_config(config)
+    cp_cfg = cfg.require_counterparty()
+    xp, device = resolve_backend(backend or cfg.run.backend)
+    model = BlackScholes.from_market(cfg.market)
+    counterparty = Counterparty.from_config(cp_cfg, model.rate)
+    plan = build_plan(cfg)
+    dtype = np.dtype(cfg.run.dtype)
+    if chunk is not None and int(chunk) < 2:
+        raise ValueError(f"chunk must be >= 2, got {chunk}")
+    cost = run_cost(cfg, "cpu" if xp is np else "gpu")
+    if cost["seconds"] > COST_LIMIT_SECONDS and not confirm:
+        raise ValueError(f"the run would take {describe_cost(cost)}, over the limit of {COST_LIMIT_SECONDS / 3600:g} "
+                         f"h: confirm with --yes (confirm=True), or lower simulation.outer_paths or inner_paths")
+    if not write and (resume or keep_chunks):
+        raise ValueError("write=False keeps no run directory: it cannot resume or keep chunks")
+    out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}") if write else None
+    if resume and not (out_dir / rundir.MANIFEST).exists():
+        rundir.read_manifest(out_dir / rundir.MANIFEST)                      # the one-line "does not exist"
+    if write:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    with rundir.locked(out_dir) if write else contextlib.nullcontext():
+        old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
+        chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
+                    or chunk_size(plan, model.d, dtype.itemsize, xp))
+        manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
+                    "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg)}
+        if resume:
+            rundir.check_resumable(out_dir, old, manifest)
+            if rundir.read_summary_status(out_dir) == "complete":
+                raise rundir.ResumeError(f"cannot resume {out_dir}: the run is complete (summary.json); use "
+                                         f"--overwrite to run it again")
+        elif write:
+            rundir.start_fresh(out_dir, report.OUTPUTS, overwrite)
+            (out_dir / rundir.CHUNKS).mkdir(exist_ok=True)
+            rundir.write_text(out_dir / rundir.MANIFEST, json.dumps(manifest, indent=2))
+        specs = level_specs(cfg)
+        log(f"cva run {cfg.run.name}: backend {device}; estimator {cfg.simulation.estimator}, inner paths "
+            f"{'/'.join(str(m) for m, _ in specs)}, {len(plan.grid)} grid dates, chunks of {chunk} outer paths"
+            + (f"; resuming {out_dir}" if resume else "") + f"; {describe_cost(cost)}")
+        stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
+        t_start = time.perf_counter()
+        bar = _progress(None, 0, progress)
+        try:
+            lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume)
+            sample_levels(cfg, lv, cva_functional(plan, model, counterparty), log)
+        finally:
+            if bar is not None:
+                bar.close()
+        elapsed = time.perf_counter() - t_start
+        result = report.finish(cfg, plan, model, counterparty, lv.levels(), stats, timings, out_dir,
+                               device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
+        if write and not keep_chunks:
+            rundir.remove_chunks(out_dir)
+    return result
+
+
