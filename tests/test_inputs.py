@@ -143,3 +143,12 @@ def test_a_run_without_a_run_directory(tmp_path):
     assert res.cva == written.cva and res.summary["bias_estimate"] == written.summary["bias_estimate"]
     with pytest.raises(ValueError, match="cannot resume"):
         cva.run(cfg, progress=False, write=False, resume=True)
+
+
+def test_eigh_small_on_a_huge_broadcast_batch_fails_at_once():
+    """A broadcast batch of 1e9 systems: the outputs' memory is checked before the input is read."""
+    import linalg_gpu as lg
+
+    A = np.broadcast_to(np.eye(4), (10**9, 4, 4))
+    with pytest.raises(MemoryError, match=r"eigh_small: the batch's outputs need 149.0 GiB"):
+        lg.eigh_small(A)

@@ -19,6 +19,7 @@ import numpy as np
 from .._backend import as_array, check_dtype, common_dtype, get_array_module, to_host
 
 __all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch", "check_symmetric_input",
+           "require_memory",
            "check_tridiagonal", "screening_flags", "raise_for_flags", "flatten_batch", "map_chunks", "chunk_size",
            "default_rtol", "real_number", "first_index", "require_numpy", "common_dtype", "SYMMETRY_RTOL"]
 
@@ -45,15 +46,27 @@ def check_square_batch(A, name="A"):
 
 
 def check_symmetric_input(A, fname, check_finite, assume_symmetric):
-    """The argument checks of the one-matrix CPU functions: (A, batch shape, n)."""
+    """The argument checks of the one-matrix CPU functions: (A, batch shape, n). The outputs' memory is
+    checked first, before the checks read A (a broadcast batch can be far larger than its memory)."""
     A = check_square_batch(A, "A")
     require_numpy(A, fname)
     batch = A.shape[:-2]
+    require_memory(fname, A.size * A.dtype.itemsize + A.size // max(A.shape[-1], 1) * A.dtype.itemsize)
     if check_finite:
         check_finite_batch([A], batch, ["A"])
     if not assume_symmetric:
         check_symmetric(A)
     return A, batch, A.shape[-1]
+
+
+def require_memory(fname, nbytes):
+    """A ``MemoryError`` naming ``fname`` and the size at once where ``nbytes`` of outputs cannot be allocated."""
+    try:
+        probe = np.empty(int(nbytes), dtype=np.uint8)
+    except (MemoryError, ValueError):
+        raise MemoryError(f"{fname}: the batch's outputs need {nbytes / 2**30:,.1f} GiB, more than this machine "
+                          "can allocate; pass fewer systems at a time") from None
+    del probe
 
 
 #: Batches up to this many systems have their flags reduced on the host (see :func:`host_anys`);
