@@ -152,3 +152,22 @@ def test_eigh_small_on_a_huge_broadcast_batch_fails_at_once():
     A = np.broadcast_to(np.eye(4), (10**9, 4, 4))
     with pytest.raises(MemoryError, match=r"eigh_small: the batch's outputs need 149.0 GiB"):
         lg.eigh_small(A)
+
+
+def test_one_spelling_for_the_symmetry_option():
+    """Every public function of linalg_gpu that can skip the symmetry check calls it assume_symmetric."""
+    import inspect
+
+    import linalg_gpu as lg
+
+    spelled = {}
+    for name in lg.__all__:
+        obj = getattr(lg, name)
+        if callable(obj):
+            try:
+                params = inspect.signature(obj).parameters
+            except (TypeError, ValueError):
+                continue
+            spelled[name] = {p for p in params if "symmetric" in p}
+    assert all(s <= {"assume_symmetric"} for s in spelled.values()), spelled
+    assert "assume_symmetric" in spelled["jacobi_eigh"] and "assume_symmetric" in spelled["solve_small"]

@@ -140,10 +140,10 @@ def test_wide_scale_and_indefinite(rng, dtype):
 def test_list_input_and_lower_triangle(rng):
     w, V = jacobi_eigh([[2.0, 1.0], [1.0, 2.0]])
     np.testing.assert_allclose(w, [1.0, 3.0], rtol=4 * _eps(np.float64))
-    # check_symmetric=False reads the lower triangle only, as numpy.linalg.eigh (UPLO='L')
+    # assume_symmetric=True reads the lower triangle only, as numpy.linalg.eigh (UPLO='L')
     n = 9
     A = rng.standard_normal((n, n))
-    w, V = jacobi_eigh(A, check_symmetric=False)
+    w, V = jacobi_eigh(A, assume_symmetric=True)
     L = np.tril(A) + np.tril(A, -1).T
     check_eigh(L, w, V, np.float64, "lower triangle", w_ref=np.linalg.eigh(A)[0])
 
@@ -368,7 +368,7 @@ def test_cupy_input_dispatches_to_gpu_module(rng, monkeypatch):
 
     def fake_jacobi_eigh(A, **kwargs):
         calls.append(kwargs)
-        return jacobi_eigh(A.copy(), check_symmetric=False, max_sweeps=kwargs["max_sweeps"],
+        return jacobi_eigh(A.copy(), assume_symmetric=True, max_sweeps=kwargs["max_sweeps"],
                            return_info=kwargs["return_info"])
 
     monkeypatch.setattr(blocked, "jacobi_eigh", fake_jacobi_eigh)
@@ -376,8 +376,8 @@ def test_cupy_input_dispatches_to_gpu_module(rng, monkeypatch):
     A = _random_symmetric(rng, 6, np.float64)
     marked = {id(A)}
     monkeypatch.setattr(klt_module, "is_cupy_array", lambda x: id(x) in marked or is_cupy(x))
-    w, V = jacobi_eigh(A, max_sweeps=30, check_symmetric=False)
-    assert calls == [{"tol": None, "max_sweeps": 30, "check_symmetric": False, "return_info": False}]
+    w, V = jacobi_eigh(A, max_sweeps=30, assume_symmetric=True)
+    assert calls == [{"tol": None, "max_sweeps": 30, "assume_symmetric": True, "return_info": False}]
     check_eigh(A, w, V, np.float64, "dispatched")
     with pytest.raises(ValueError, match="not available for cupy input"):
         jacobi_eigh(A, ordering="row_cyclic")

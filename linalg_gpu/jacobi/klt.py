@@ -108,7 +108,7 @@ def _check_symmetric(A, name):
         raise ValueError(
             f"{name} is not symmetric: the worst entry is {name}[{i}, {j}] = {float(A[i, j])!r} against "
             f"{name}[{j}, {i}] = {float(A[j, i])!r} (|difference| = {worst:.3g}, max |{name}| = {scale:.3g}, "
-            f"tolerance {tol:.1e} relative); pass check_symmetric=False to use the lower triangle"
+            f"tolerance {tol:.1e} relative); pass assume_symmetric=True to use the lower triangle"
         )
 
 
@@ -204,7 +204,7 @@ def _fro(A) -> float:
     return mx * float(np.linalg.norm(A / mx)) if mx > 0 else 0.0
 
 
-def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_symmetric=True, return_info=False):
+def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, assume_symmetric=False, return_info=False):
     """Eigenvalues and eigenvectors of a real symmetric matrix by the two-sided parallel Jacobi method.
 
     Each sweep runs the steps of ``ordering`` (``orderings.sweep``); a step's pairs are disjoint,
@@ -225,7 +225,7 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
 
     numpy input runs the numpy code here (the twin of the kernels). cupy input is checked here
     (shape, dtype, finite, symmetric) and then handed to ``linalg_gpu.jacobi.blocked.jacobi_eigh``
-    (a blocked chess tournament on the GPU) with ``tol``, ``max_sweeps``, ``check_symmetric``
+    (a blocked chess tournament on the GPU) with ``tol``, ``max_sweeps``, ``assume_symmetric``
     and ``return_info`` as given; its stopping rule, its default ``tol`` and its ``info``
     are described there.
 
@@ -245,9 +245,10 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
         256 x 256 float64 matrix, one more for float32).
     max_sweeps : int, default 60
         Sweeps allowed, including the final one that finds nothing to rotate.
-    check_symmetric : bool, default True
-        Raise ``ValueError`` naming the worst entry where |A - A^T| > 100 eps max|A|. Either
-        way only the lower triangle of A is used (as ``numpy.linalg.eigh``).
+    assume_symmetric : bool, default False
+        Unless set, raise ``ValueError`` naming the worst entry where |A - A^T| > 100 eps max|A| (the
+        spelling of :func:`linalg_gpu.solve_small`). Either way only the lower triangle of A is used (as
+        ``numpy.linalg.eigh``).
     return_info : bool, default False
         Also return a :class:`JacobiInfo`; a run that does not converge then returns its result
         with ``info.converged`` False instead of raising.
@@ -300,7 +301,7 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
         raise ValueError("A is empty (shape (0, 0)); it needs n >= 1")
     thr = _check_options(ordering, tol, max_sweeps, A.dtype)
     _check_finite(A, "A")
-    if check_symmetric:
+    if not assume_symmetric:
         _check_symmetric(A, "A")
     if gpu and ordering != "round_robin":
         raise ValueError(f"ordering={ordering!r} is not available for cupy input; the GPU kernels "
@@ -313,7 +314,7 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, check_sym
     if gpu:
         from . import blocked
 
-        res = blocked.jacobi_eigh(A, tol=tol, max_sweeps=max_sweeps, check_symmetric=check_symmetric,
+        res = blocked.jacobi_eigh(A, tol=tol, max_sweeps=max_sweeps, assume_symmetric=assume_symmetric,
                                   return_info=return_info)
         return (_unscale_eigenvalues(res[0], e, "A"),) + tuple(res[1:])
     n = A.shape[0]
@@ -406,7 +407,7 @@ def klt(X, *, ordering="round_robin", tol=None, max_sweeps=60, return_info=False
     Xc = xp.ldexp(Xc, -ec)
     e += ec
     C = _lower_symmetric((Xc.T @ Xc) / (m - 1))                        # (features, features), exactly symmetric
-    out = jacobi_eigh(C, ordering=ordering, tol=tol, max_sweeps=max_sweeps, check_symmetric=False,
+    out = jacobi_eigh(C, ordering=ordering, tol=tol, max_sweeps=max_sweeps, assume_symmetric=True,
                       return_info=return_info)
     w = _unscale_eigenvalues(out[0], 2 * e, "the covariance of X")
     with np.errstate(over="ignore"):
