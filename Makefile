@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: run test lint clean
+.PHONY: run test test-random lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,17 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m ruff check linalg_gpu cva tests benchmarks
 	$(PY) -m pytest -q
+
+# `make test-random`: the same pytest run with fresh seeds (tests/conftest.py: LINALG_TEST_RANDOM=1, Hypothesis'
+# random profile), to look for rare failures; a failing test prints LINALG_TEST_SEED=<seed> to replay it.
+# `make test-random RUNS=20` repeats it, stopping at the first failing run. `make test` keeps fixed seeds.
+RUNS ?= 1
+
+test-random: $(VENV)/.installed
+	@for i in $$(seq 1 $(RUNS)); do \
+		echo "test-random: run $$i of $(RUNS)"; \
+		LINALG_TEST_RANDOM=1 $(PY) -m pytest -q || exit 1; \
+	done
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check linalg_gpu cva tests benchmarks

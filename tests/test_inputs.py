@@ -1,7 +1,6 @@
 """No silent nonsense: inputs that overflow the run's dtype, YAML nested too deep or too large, runs too
 large to start, a backend that is not there, output to a full disk: each one line naming what to change."""
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -73,10 +72,8 @@ def test_a_huge_yaml_is_refused_before_it_is_parsed(tmp_path, capsys):
     path = tmp_path / "big.yaml"
     row = "  - {style: european, payoff: call, underlying: {asset: 0}, strike: 100, maturity: 1}\n"
     path.write_text("market: {spot: 100, vol: 0.2}\nportfolio:\n" + row * (MAX_YAML_BYTES // len(row) + 10))
-    t0 = time.perf_counter()
     with pytest.raises(ConfigError, match="more than a configuration's limit"):
         load_config(path)
-    assert time.perf_counter() - t0 < 30                       # not parsed (a bound on a hang, not a timing)
 
 
 def test_a_run_too_large_is_refused_before_any_work(tmp_path, capsys):

@@ -143,22 +143,41 @@ def test_rank_deficient_f_cases(dtype, case):
     assert _orth_err(U) <= C * n * eps(dtype), _orth_err(U)
 
 
+def _nearly_singular_g_pair(rng, n=40):
+    """float32 F of condition 100 and G with one singular value 1e-5 (alpha / beta up to about 1e5)."""
+    F = (np.linalg.qr(rng.standard_normal((n + 5, n)))[0] * np.logspace(0, -2, n)) @ random_orthogonal(rng, n).T
+    s = np.r_[np.linspace(1, 2, n - 1), 1e-5]
+    G = (np.linalg.qr(rng.standard_normal((n + 3, n)))[0] * s) @ random_orthogonal(rng, n).T
+    return F.astype(np.float32), G.astype(np.float32)
+
+
 def test_no_zero_alpha_for_nonsingular_f(rng):
     """F of condition 100 and G with one singular value 1e-5 (alpha / beta up to about 1e5), float32: no
     alpha is set to 0, and alpha / beta is that of F R_G^-1 in float64 (G = Q_G R_G) to its first digits
     (measured <= 1.2 %). With ||F Z||_F in place of ||F||_F the zero threshold grew with the largest
     alpha / beta and zeroed alphas of about 0.01 in every such pair."""
-    n = 40
-    F = (np.linalg.qr(rng.standard_normal((n + 5, n)))[0] * np.logspace(0, -2, n)) @ random_orthogonal(rng, n).T
-    s = np.r_[np.linspace(1, 2, n - 1), 1e-5]
-    G = (np.linalg.qr(rng.standard_normal((n + 3, n)))[0] * s) @ random_orthogonal(rng, n).T
-    F, G = F.astype(np.float32), G.astype(np.float32)
+    F, G = _nearly_singular_g_pair(rng)
     R = np.linalg.qr(_hi(G))[1]
     ref = np.linalg.svd(scipy.linalg.solve_triangular(R, _hi(F).T, trans="T").T, compute_uv=False)
     for U, V, Z, alpha, beta in (gsvd(F, G), blocked.gsvd(F, G, block=16)):
         check_gsvd(F, G, U, V, Z, alpha, beta)
         assert (alpha > 0).all()
         assert np.abs((alpha / beta) / ref - 1).max() <= 0.05
+
+
+def test_blocked_gsvd_does_not_stop_on_c1_alone():
+    """Regression, a fixed pair of ``_nearly_singular_g_pair`` (seed 37330895132352761550403121801918112807,
+    found by ``test_no_zero_alpha_for_nonsingular_f``): blocked.gsvd stopped after its 8th sweep, the first
+    without a big transformation (criterion C1), with U orthogonal to 1.7e-4 only (bound 8 n eps = 3.8e-5;
+    the pointwise path 8.0e-7): that sweep's transformations were the identity to one rounding but moved
+    the smallest column of F (alpha / beta 7e-3) against the largest (4e4) by a lot. Stopping on the
+    relative off-diagonal takes one sweep more and U to 7.5e-7. Over 2000 seeds of this pair the C1 stop
+    failed the bound 13 times (up to 4x); the relative off-diagonal stop stays <= 0.022 of it."""
+    F, G = _nearly_singular_g_pair(np.random.default_rng(37330895132352761550403121801918112807))
+    U, V, Z, alpha, beta, info = blocked.gsvd(F, G, block=16, return_info=True)
+    assert info["converged"] and (alpha > 0).all()
+    check_gsvd(F, G, U, V, Z, alpha, beta)
+    assert _orth_err(U) <= 8 * eps(np.float32) * np.sqrt(40), _orth_err(U)   # 8 tol (tol = sqrt(n) eps)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -511,12 +530,26 @@ def _exponent(X):
 
 
 def _scaled_reference(F, G):
-    """alpha, beta of (F, G) from LAPACK on the pencil of (F 2^-ef, G 2^-eg) (exact scalings), descending:
-    alpha / beta = rho = 2^(ef - eg) sqrt(lambda), alpha = rho / hypot(rho, 1), beta = 1 / hypot(rho, 1)."""
+    """alpha, beta of (F, G), descending, in 50 digits (mpmath) on the exactly rescaled pair F' = F 2^-ef,
+    G' = G 2^-eg: rho = 2^(ef - eg) sigma(F' R'^-1) with G' = Q' R', alpha = rho / hypot(rho, 1),
+    beta = 1 / hypot(rho, 1). (LAPACK on the pencil (F'^H F', G'^H G') in float64 was the reference before:
+    it squares, so its smallest lambda = rho^2 is only good to about eps lambda_max / lambda_min: in 9 of 5000
+    float64 draws (1000 seeds per real float64 case) it was off by more than the bound, up to 11x, while gsvd
+    stayed within 0.031 of the bound against this reference; e.g. (1e-300, 1e-300) with
+    LINALG_TEST_SEED=122882973867994168643621467914924729121: the smallest alpha 2.1e-13 relative off in
+    LAPACK's, 4.4e-16 in gsvd's.)"""
+    mpmath = pytest.importorskip("mpmath")
     ef, eg = _exponent(F), _exponent(G)
     Fs, Gs = _ldexp(F, -ef), _ldexp(G, -eg)
-    lam = scipy.linalg.eigh(Fs.conj().T @ Fs, Gs.conj().T @ Gs, eigvals_only=True)[::-1]
-    rho = np.ldexp(np.sqrt(lam), ef - eg)
+    if F.dtype.kind != "c":
+        Fs, Gs = Fs.real, Gs.real
+    n = F.shape[1]
+    with mpmath.workdps(50):
+        R = mpmath.qr(mpmath.matrix(Gs.tolist()))[1][:n, :n]
+        M = mpmath.matrix(Fs.tolist()) * mpmath.inverse(R)
+        s = (mpmath.svd_c if F.dtype.kind == "c" else mpmath.svd_r)(M, compute_uv=False)
+        sigma = np.array(sorted((float(s[i]) for i in range(n)), reverse=True))
+    rho = np.ldexp(sigma, ef - eg)
     return rho / np.hypot(rho, 1), 1 / np.hypot(rho, 1)
 
 
@@ -528,7 +561,7 @@ def _scaled_reference(F, G):
 def test_scaled_pairs(rng, dtype, sf, sg):
     """(F sf, G sg): alpha all 0 for sf = sg = 1e200 or 1e-155, beta NaN with converged True for (1e154, 1),
     'did not converge' for (1, 1e200), likewise in float32 (review finding). alpha and beta to c n eps
-    relative against LAPACK on the exactly rescaled pair (G well conditioned), the identities with Z and
+    relative against 50 digits on the exactly rescaled pair (G well conditioned), the identities with Z and
     X scaled by powers of 2 (exact) so that F and G are of order 1."""
     n = 6
     F = (_randn(rng, (n + 2, n), dtype) * dtype(sf)).astype(dtype)

@@ -5,16 +5,17 @@ import pytest
 
 cp = pytest.importorskip("cupy")
 
-from cva import basis, rng  # noqa: E402
-from cva.lsm import (  # noqa: E402
+from cva.engine import basis  # noqa: E402
+from cva.engine.lsm import (  # noqa: E402
     _affine_fitted,
     _affine_normal_equations,
     _normal_equations,
     apply_policy,
     longstaff_schwartz,
 )
-from cva.model import BlackScholes  # noqa: E402
-from cva.products import Contract  # noqa: E402
+from cva.instruments.products import Contract  # noqa: E402
+from cva.market import rng as cva_rng  # noqa: E402  (the name rng is the fixture of tests/conftest.py)
+from cva.market.model import BlackScholes  # noqa: E402
 from linalg_gpu import strided  # noqa: E402
 
 
@@ -50,11 +51,11 @@ def test_paths_and_lsm_gpu_match_cpu(dtype, affine):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("shape", [(5, 3000, 7), (1, 1 << 16, 5)])
 @pytest.mark.parametrize("masked", [False, True])
-def test_normal_equations_gpu_match_float64_reference(dtype, shape, masked):
+def test_normal_equations_gpu_match_float64_reference(rng, dtype, shape, masked):
     """The GPU's normal equations (a contiguous copy of X^T into cuBLAS) against float64 sums on the CPU;
     with several sets, the first has no path in the money (A = I, b = 0)."""
     B, M, p = shape
-    g = np.random.default_rng()
+    g = rng                                                    # tests/conftest.py: a fixed seed per test
     X = g.standard_normal(shape).astype(dtype)
     V = g.standard_normal((B, M)).astype(dtype)
     mask = (g.random((B, M)) < 0.6) if masked else None
@@ -81,11 +82,11 @@ SLICES = [lambda S: S[:, :, 2], lambda S: S[2:3, :, 1], lambda S: S[:, ::2, 3], 
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_strided_products_match_numpy(dtype):
+def test_strided_products_match_numpy(rng, dtype):
     """linalg_gpu.strided (cuBLAS on the slices as they lie) against numpy's matmul in float64, for
     shared and per-set right operands, Gram matrices of a slice with itself and with another array,
     and operands that fall back to cupy's matmul (reversed rows, a 2-D left operand)."""
-    g = np.random.default_rng()
+    g = rng                                                    # tests/conftest.py: a fixed seed per test
     eps = np.finfo(dtype).eps
     S = g.standard_normal((5, 700, 4, 6)).astype(dtype)
     Sg = cp.asarray(S)
@@ -122,11 +123,11 @@ def _assert_sums_close(x, ref, size, n, eps):
 @pytest.mark.parametrize("payoff_regressor", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("one_scale", [False, True])
-def test_affine_normal_equations_gpu_match_float64_reference(dtype, payoff_regressor, masked, one_scale):
+def test_affine_normal_equations_gpu_match_float64_reference(rng, dtype, payoff_regressor, masked, one_scale):
     """The LSM's GPU assembly for the affine basis (strided cuBLAS products, no psi formed) against the
     normal equations of the formed psi in float64 on the CPU, and its fitted values against psi beta;
     set 0 has no path in the money."""
-    g = np.random.default_rng()
+    g = rng                                                    # tests/conftest.py: a fixed seed per test
     B, M, N, d = 6, 3000, 4, 29
     S = g.uniform(0.7, 1.3, (B, M, N, d))
     scale = np.full(d, 1.05) if one_scale else g.uniform(0.9, 1.1, d)
@@ -192,7 +193,7 @@ def test_price_gpu_matches_cpu(dtype):
 
 
 def test_rng_device_arrays_used_by_model_are_on_device():
-    z = rng.normals(1, "inner", (0, 2), (0, 3), 4, (5, 6), 2, dtype=np.float32, xp=cp)
+    z = cva_rng.normals(1, "inner", (0, 2), (0, 3), 4, (5, 6), 2, dtype=np.float32, xp=cp)
     assert isinstance(z, cp.ndarray) and z.shape == (2, 3, 6, 2) and z.dtype == np.float32
 
 

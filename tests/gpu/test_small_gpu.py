@@ -1,4 +1,5 @@
-"""GPU kernels of linalg_gpu.small against their numpy twins, on fresh random inputs.
+"""GPU kernels of linalg_gpu.small against their numpy twins, on random inputs from the ``rng`` fixture
+(tests/conftest.py: a fixed seed per test, fresh ones with LINALG_TEST_RANDOM=1).
 
 float64 agrees with the numpy path to ~1e-12 relative, float32 to the float32 level (both
 solve the same well-conditioned systems; the bound is c * n * eps * cond).
@@ -16,13 +17,6 @@ cp = pytest.importorskip("cupy")
 # per lane, 16 four (float64: 255 registers), 20 and 24 three (float64: 255 registers), 31 and 32 one or two
 SIZES = [1, 2, 3, 5, 8, 12, 16, 20, 24, 31, 32, 33, 41, 49, 64]
 DTYPES = [np.float64, np.float32]
-
-
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print("seed", seed)
-    return np.random.default_rng(seed)
 
 
 def spd(rng, batch, n, dtype, cond=100.0):
