@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: run test test-random lint clean
+.PHONY: run test test-random notebooks lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ test-random: $(VENV)/.installed
 		echo "test-random: run $$i of $(RUNS)"; \
 		LINALG_TEST_RANDOM=1 $(PY) -m pytest -q || exit 1; \
 	done
+
+# `make notebooks`: JupyterLab (the `notebooks` extra) on notebooks/.
+notebooks: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[dev,notebooks]'
+	$(VENV)/bin/jupyter lab notebooks/
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check linalg_gpu cva tests benchmarks
