@@ -15,7 +15,7 @@ so the numbers of a path never depend on batch size, chunking, worker count or d
   ``r = sqrt(-2 log u_even)``; the normal of ``q`` is ``z[lane]``.
 
 With numpy arrays the numbers are computed here (vectorized, in chunks); with cupy by the kernels
-of ``linalg_gpu/cuda/philox.cu``, the twins of this module. Uniforms are exact in both, so CPU and
+of ``cva/market/cuda/philox.cu``, the twins of this module. Uniforms are exact in both, so CPU and
 GPU differ only by the rounding of ``log`` and ``sincospi`` (a few ulp); the raw words
 (:func:`uniform_bits`) agree bit for bit.
 
@@ -312,7 +312,7 @@ def _numpy_fill(out, args, convert):
 
 
 # ---------------------------------------------------------------------------------------------
-# cupy path: thin launchers of linalg_gpu/cuda/philox.cu
+# cupy path: thin launchers of cva/market/cuda/philox.cu
 
 
 def _launch(kernel, dtype, out, args):
@@ -380,7 +380,7 @@ def uniform_bits(seed, purpose, outer, inner, date, steps, d, xp=np):
     {params}
     xp : module, optional
         ``numpy`` (default: computed here, in chunks) or ``cupy`` (computed by the CUDA kernel
-        ``philox_bits`` of ``linalg_gpu/cuda/philox.cu``).
+        ``philox_bits`` of ``cva/market/cuda/philox.cu``).
 
     Returns
     -------

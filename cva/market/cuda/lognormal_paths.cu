@@ -1,4 +1,4 @@
-// Exact log-normal paths from correlated normals (cva/model.py, BlackScholes.paths; its numpy
+// Exact log-normal paths from correlated normals (cva/market/model.py, BlackScholes.paths; its numpy
 // twin is the cumsum form there):
 //   S[o, m, j, a] = start[o, a] * exp( sum_{i <= j} ( w[o, m, i, a] * scale[a] * sqrt_h[i] + drift[i, a] ) )
 // w (n_outer, n_inner, T, d) are the normals already mixed by the correlation factor (or raw

@@ -1,7 +1,7 @@
 // Keyed counter-based random numbers: Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random
 // numbers: as easy as 1, 2, 3", SC'11; the Random123 library) and the Box-Muller transform.
 //
-// Launched by cva/rng.py, whose numpy functions are the twins of these kernels. A normal number
+// Launched by cva/market/rng.py, whose numpy functions are the twins of these kernels. A normal number
 // is identified by (seed, purpose, outer path l, inner path m, date k, flat index q = j*d + a):
 //   key = (seed, purpose), counter = (l, m, (k << 16) | (q >> 2), 0), lane = q & 3.
 // One Philox call gives 4 words x0..x3 -> 4 uniforms u -> Box-Muller on the lane pairs (0, 1) and
