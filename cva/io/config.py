@@ -381,9 +381,13 @@ class Run(_Section):
     """``run``: name, seed, backend and dtype of the run."""
 
     name: str = Field("run", min_length=1, description="the run's name (names the output directory)")
-    seed: Int = Field(0, ge=0, lt=2**32)
-    backend: Literal["auto", "cpu", "gpu"] = "auto"
-    dtype: Literal["float32", "float64"] = "float64"
+    seed: Int = Field(
+        0, ge=0, lt=2**32, description="the random streams' key: the same seed gives the same numbers on any chunking "
+                                       "and device")
+    backend: Literal["auto", "cpu", "gpu"] = Field(
+        "auto", description="auto: the GPU when CuPy finds one, else the CPU")
+    dtype: Literal["float32", "float64"] = Field(
+        "float64", description="the paths' precision (the regressions' is regression.dtype)")
 
     @field_validator("name")
     @classmethod
@@ -407,10 +411,11 @@ class Market(_Section):
         description="spot price S0 > 0: one number, or a list with one entry per asset")
     vol: _NonnegativePerAsset = Field(
         description="volatility >= 0: one number, or a list with one entry per asset")
-    rate: Num = 0.0
-    dividend: _PerAsset = (0.0,)
-    correlation: float | tuple[tuple[float, ...], ...] = 0.0
-    assets: Int | None = Field(None, ge=1)
+    rate: Num = Field(0.0, description="continuously compounded, flat")
+    dividend: _PerAsset = Field((0.0,), description="continuous dividend yield: one number, or one per asset")
+    correlation: float | tuple[tuple[float, ...], ...] = Field(
+        0.0, description="one number (equicorrelation) or a full d x d matrix")
+    assets: Int | None = Field(None, ge=1, description="d, the number of assets, where spot and vol are single numbers")
 
     @classmethod
     def _prepare(cls, data):
@@ -465,13 +470,18 @@ class Contract(_Section):
     style: Literal["european", "bermudan", "american"] = Field(description="european, bermudan or american")
     payoff: Literal["call", "put"] = Field(description="call or put")
     underlying: Literal["basket", "max", "min", "asset"] = Field(description="basket, max, min or {asset: i}")
-    asset: Int | None = Field(None, ge=0, validate_default=True)
-    weights: Annotated[tuple[Num, ...], Field(min_length=1)] | None = None
+    asset: Int | None = Field(
+        None, ge=0, validate_default=True, description="the asset's index (from 0), written underlying: {asset: i}")
+    weights: Annotated[tuple[Num, ...], Field(min_length=1)] | None = Field(
+        None, description="basket weights, one per asset (default all 1): the basket is sum(w S) / sum(w)")
     strike: Num = Field(gt=0, description="the strike K > 0")
     maturity: Num = Field(gt=0, description="the maturity T > 0, in years")
-    exercise_dates: Int | None = Field(None, ge=1, validate_default=True)
-    quantity: Num = 1.0
-    name: str | None = Field(None, min_length=1)
+    exercise_dates: Int | None = Field(
+        None, ge=1, validate_default=True, description="exercise dates equally spaced on (0, maturity]; american: 50 a "
+                                                       "year by default; european: 1")
+    quantity: Num = Field(1.0, description="the position: positive long, negative short, not 0")
+    name: str | None = Field(
+        None, min_length=1, description="a label for the report (default: its index and description)")
     index: int = 0
 
     @classmethod
@@ -549,8 +559,10 @@ class Contract(_Section):
 class Hazards(_Section):
     """``counterparty.hazards``: a piecewise-constant hazard rate, ``rates[k]`` up to ``times[k]``."""
 
-    times: Annotated[tuple[Annotated[Num, Field(gt=0)], ...], Field(min_length=1)]
-    rates: Annotated[tuple[Annotated[Num, Field(ge=0)], ...], Field(min_length=1)]
+    times: Annotated[tuple[Annotated[Num, Field(gt=0)], ...], Field(min_length=1)] = Field(
+        description="the ends of the rates' intervals, increasing, in years")
+    rates: Annotated[tuple[Annotated[Num, Field(ge=0)], ...], Field(min_length=1)] = Field(
+        description="the hazard rate on each interval, per year (flat beyond the last)")
 
     @field_validator("times")
     @classmethod
@@ -572,11 +584,12 @@ class Hazards(_Section):
 class Counterparty(_Section):
     """``counterparty``: recovery and exactly one of ``hazard_rate``, ``hazards``, ``cds_spreads``."""
 
-    recovery: Num = Field(0.4, ge=0, lt=1)
-    hazard_rate: Annotated[Num, Field(ge=0)] | None = None
-    hazards: Hazards | None = None
+    recovery: Num = Field(0.4, ge=0, lt=1, description="the recovery rate R of the counterparty's default")
+    hazard_rate: Annotated[Num, Field(ge=0)] | None = Field(None, description="a flat hazard rate, per year")
+    hazards: Hazards | None = Field(None, description="piecewise-constant hazard rates")
     cds_spreads: Annotated[dict[Annotated[Num, Field(gt=0)], Annotated[Num, Field(gt=0)]],
-                           Field(min_length=1)] | None = None
+                           Field(min_length=1)] | None = Field(
+        None, description="par CDS spreads by tenor in years (e.g. {1: 0.01, 5: 0.015}), bootstrapped into hazards")
 
     _SPECS: ClassVar[tuple[str, ...]] = ("hazard_rate", "hazards", "cds_spreads")
 
@@ -606,7 +619,7 @@ MLMC_LEVEL_PATHS = 2**27   # outer paths per level: level l keys outer paths l *
 class SqrtOuter(_Section):
     """``inner_paths: {sqrt_outer: c}``: c * sqrt(outer_paths) inner paths."""
 
-    sqrt_outer: Num = Field(gt=0)
+    sqrt_outer: Num = Field(gt=0, description="c in c * sqrt(outer_paths) inner paths")
 
 
 def _inner_paths(v):
@@ -647,22 +660,36 @@ class Simulation(_Section):
     see :mod:`cva.engine.estimators`.
     """
 
-    dates: Int = Field(10, ge=1)
-    outer_paths: Int = Field(4096, ge=2, le=rng.PATH_LIMIT)
-    pricing_paths: Int = Field(100_000, ge=2, le=rng.PATH_LIMIT)
-    inner_paths: Annotated[int | SqrtOuter, BeforeValidator(_inner_paths)] = 256
-    basis: Literal["linear", "quadratic", "laguerre"] = "linear"
-    payoff_regressor: bool = False
-    itm_only: bool = True
-    antithetic: bool = False
-    out_of_sample: bool = False
-    chunk: Annotated[Int, Field(ge=2)] | None = None
-    estimator: Literal["mlmc", "extrapolated", "plain"] = "extrapolated"
-    target_rmse: Annotated[float | str, BeforeValidator(_target_rmse)] | None = None
-    min_inner_paths: Int = Field(16, ge=2)
-    pilot_paths: Int = Field(512, ge=2, le=rng.PATH_LIMIT)
-    level_paths: tuple[Annotated[Int, Field(ge=2, le=MLMC_LEVEL_PATHS)], ...] | None = None
-    max_inner_paths: Int = Field(16384, ge=4, le=rng.PATH_LIMIT)
+    dates: Int = Field(10, ge=1, description="exposure dates, equally spaced on (0, T], T the longest maturity")
+    outer_paths: Int = Field(
+        4096, ge=2, le=rng.PATH_LIMIT, description="outer paths (per level of mlmc without target_rmse: the variance a "
+                                                   "plain run of this many would have)")
+    pricing_paths: Int = Field(
+        100_000, ge=2, le=rng.PATH_LIMIT, description="paths of `cva price` (plain LSM at t = 0)")
+    inner_paths: Annotated[int | SqrtOuter, BeforeValidator(_inner_paths)] = Field(
+        256, description="inner paths per outer path and date (the finest level's); or {sqrt_outer: c}")
+    basis: Literal["linear", "quadratic", "laguerre"] = Field(
+        "linear", description="the LSM regressors: linear, quadratic (with the cross terms) or laguerre (one asset)")
+    payoff_regressor: bool = Field(False, description="add the payoff as a regressor")
+    itm_only: bool = Field(True, description="regress on the in-the-money inner paths only (Longstaff & Schwartz)")
+    antithetic: bool = Field(False, description="antithetic inner paths (pairs z, -z)")
+    out_of_sample: bool = Field(
+        False, description="`cva price`: also the low-biased price of the policy on independent paths")
+    chunk: Annotated[Int, Field(ge=2)] | None = Field(
+        None, description="outer paths per chunk (default: from the free memory)")
+    estimator: Literal["mlmc", "extrapolated", "plain"] = Field(
+        "extrapolated", description="how the bias of the finite inner sample is removed: extrapolated, mlmc or plain "
+                                    "(see the README)")
+    target_rmse: Annotated[float | str, BeforeValidator(_target_rmse)] | None = Field(
+        None, description="mlmc: the root mean square error to reach, absolute or relative (\"0.25%\")")
+    min_inner_paths: Int = Field(16, ge=2, description="mlmc: the fewest inner paths of a level (the coarsest level)")
+    pilot_paths: Int = Field(
+        512, ge=2, le=rng.PATH_LIMIT, description="mlmc: outer paths per level before the allocation")
+    level_paths: tuple[Annotated[Int, Field(ge=2, le=MLMC_LEVEL_PATHS)], ...] | None = Field(
+        None, description="mlmc: a fixed plan, outer paths per level from the coarsest")
+    max_inner_paths: Int = Field(
+        16384, ge=4, le=rng.PATH_LIMIT, description="mlmc with target_rmse: the most inner paths a level added for the "
+                                                    "bias may have")
 
     def _check(self):
         n = self.inner_paths_for()
@@ -716,16 +743,21 @@ class Regression(_Section):
     (``auto``: float64 for the Laguerre basis, else the run's; ``run``; ``float64``: see
     :func:`cva.engine.basis.regression_dtype`)."""
 
-    method: Literal["auto", "ldlt", "householder_pcr", "eig_truncate"] = "auto"
-    cond_max: Num = Field(1e5, gt=1)
-    rtol: Annotated[Num, Field(gt=0)] | None = None
-    dtype: Literal["auto", "run", "float64"] = "auto"
+    method: Literal["auto", "ldlt", "householder_pcr", "eig_truncate"] = Field(
+        "auto", description="the solver of the normal equations: auto is the robust strategy (LDL^T, then Householder +"
+                            " PCR, then the truncated eigen-solve)")
+    cond_max: Num = Field(
+        1e5, gt=1, description="eigenvalues below lambda_max / cond_max are discarded by the eigen-solve")
+    rtol: Annotated[Num, Field(gt=0)] | None = Field(
+        None, description="the relative residual that sends a system to the next method (default 8 n eps)")
+    dtype: Literal["auto", "run", "float64"] = Field(
+        "auto", description="auto: float64 for the laguerre basis, else the run's; run; float64")
 
 
 class Output(_Section):
     """``output``: the run directory (default ``reports/<run.name>``) and the PFE quantile of the report."""
 
-    dir: str | None = Field(None, min_length=1)
+    dir: str | None = Field(None, min_length=1, description="the run directory (default reports/<run.name>)")
     pfe_quantile: Num = Field(0.975, gt=0, lt=1, description="the quantile of the PFE, in (0, 1)")
 
 
