@@ -45,7 +45,7 @@ def spd_batch(rng, batch, n, dtype):
 
 
 def fig2_batch(rng, batch, dtype=np.float32, d=29, m=300, sigma=0.1, mu=0.1, t=0.1):
-    """Regression matrices of paper 001, Fig. 2: psi = (1, S^1..S^d), A = mean psi psi^T."""
+    """Regression matrices of Abbas-Turki-Graillat, Fig. 2: psi = (1, S^1..S^d), A = mean psi psi^T."""
     S = np.exp((mu - sigma**2 / 2) * t + sigma * np.sqrt(t) * rng.standard_normal((batch, m, d)))
     psi = np.concatenate([np.ones((batch, m, 1)), S], axis=-1).astype(dtype)
     y = rng.standard_normal((batch, m)).astype(dtype)

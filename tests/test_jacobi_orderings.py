@@ -2,7 +2,7 @@
 
 Every step must be a set of disjoint pairs i < j (so that its rotations commute and can be
 applied at once), and one sweep must visit every pair: exactly once for round_robin and
-row_cyclic; for modified_modulus (paper 000, section 2) n steps of n/2 pairs for even n with
+row_cyclic; for modified_modulus (Novakovic-Singer HSVD, section 2) n steps of n/2 pairs for even n with
 the pairs (i, i + n/2) twice and the rest once, and each pair once for odd n.
 """
 

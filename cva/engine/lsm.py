@@ -6,7 +6,7 @@ future cashflow of each path is regressed on the basis psi(S) over the in-the-mo
 path exercises where its exercise value is positive and at least the fitted continuation value.
 
 The batch dimension B holds independent path sets (one per outer path and date in the nested
-engine of paper 001, section 2; B = 1 for a plain price). Each date's B regressions are one
+engine of Abbas-Turki-Graillat, section 2; B = 1 for a plain price). Each date's B regressions are one
 batch of p x p normal equations
 
     A = (1/M) sum_m w_m psi_m psi_m^T,   b = (1/M) sum_m w_m psi_m V_m,   w_m = 1[h(S_m) > 0],
@@ -95,7 +95,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         benchmarks and reports).
     condition_sample : int, default 0
         Per date, the 2-norm condition numbers of the first this many regression matrices are
-        computed (eigenvalues by LAPACK / cuSOLVER) into ``result.conditions`` (paper 001, Fig. 2).
+        computed (eigenvalues by LAPACK / cuSOLVER) into ``result.conditions`` (Abbas-Turki-Graillat, Fig. 2).
     regression_dtype : dtype, optional
         The precision of the regression: the regressors (from S cast to it), the normal equations, the
         solves and the continuation values. Default: S's dtype. float64 for float32 paths is for

@@ -1,6 +1,6 @@
 """The counterparty's default: a hazard curve, survival and default probabilities, recovery.
 
-Default is independent of the market (no wrong-way risk), so the CVA of paper 001 (section 2)
+Default is independent of the market (no wrong-way risk), so the CVA of Abbas-Turki-Graillat (section 2)
 needs only the survival curve S(t) = exp(-int_0^t lambda) at the exposure dates:
 per-interval default probabilities S(t_{k-1}) - S(t_k).
 

@@ -1,7 +1,7 @@
 """CVA and the exposure measures from the per-outer-path netting-set values.
 
 With P(l, k) the netting-set value on outer path l at exposure date t_k, D(t) = exp(-r t), a
-survival curve S and recovery R (paper 001, section 2),
+survival curve S and recovery R (Abbas-Turki-Graillat, section 2),
 
     CVA = (1 - R) sum_k E[D(t_k) P^+(t_k)] (S(t_{k-1}) - S(t_k)),
 

@@ -1,5 +1,5 @@
 // Eigen-decomposition of tiny symmetric matrices (N <= 12), one thread per system: the two-sided
-// parallel Jacobi method of paper 004 (eqs. 3-5, 8-10) with the chess-tournament ordering (eq. 7),
+// parallel Jacobi method of Torun et al. (eqs. 3-5, 8-10) with the chess-tournament ordering (eq. 7),
 // the matrix and the eigenvectors in registers. eigh_small takes it on the GPU for n <= 12 in float32
 // and n <= 10 in float64 (_gpu.EIGH_JACOBI_MAX_N; the "thread per system for tiny n" of the kernel
 // design); numpy twin: linalg_gpu/small/jacobi_eigh.py.

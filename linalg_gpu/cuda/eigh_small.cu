@@ -1,6 +1,6 @@
 // Eigen-decomposition of small symmetric matrices, A = N diag(w) N^T with N = Q O:
 // Householder tridiagonalization (Algorithm 2) + divide and conquer (Algorithm 3), one system per
-// group of N threads, and the truncated solve of the robust strategy (paper 001, section 5,
+// group of N threads, and the truncated solve of the robust strategy (Abbas-Turki-Graillat, section 5,
 // step 3): x = N_k diag(1/w_k) N_k^T b over the eigenvalues w > w_max / cond_max.
 // A system whose input holds NaN or Inf (flagged by the screening) gets NaN outputs.
 // `tree` is the division scheme of Fig. 13 from the host (_gpu._tree_device): [nleaves,

@@ -1,4 +1,4 @@
-// Householder tridiagonalization (paper 001, section 4, eqs. 8-14, the collaborative version of
+// Householder tridiagonalization (Abbas-Turki-Graillat, section 4, eqs. 8-14, the collaborative version of
 // Algorithm 2), three ways: in registers with R rows per lane (tridiagonalize_rows: Householder +
 // PCR, N <= 32 R; rolled loops for a warp per system, N > 32), in registers with one row per lane
 // (screen_tridiagonalize_regs: the eigen kernels, N <= 32), or in registers with one row per thread

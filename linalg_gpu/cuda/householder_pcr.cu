@@ -1,5 +1,5 @@
 // Householder tridiagonalization + parallel cyclic reduction: x = Q T^{-1} Q^T b
-// (paper 001, section 4: Algorithm 2 for A = Q T Q^T, eq. 10 for PCR in the stride form of the
+// (Abbas-Turki-Graillat, section 4: Algorithm 2 for A = Q T Q^T, eq. 10 for PCR in the stride form of the
 // Fig. 9 eliminations).
 // householder_pcr_solve<T, N, W>: W lanes of a warp per system and R = ceil(N / W) rows per lane,
 // in registers (as ldlt.cu); lane q owns equations q + W m of the PCR. Only __syncwarp synchronizes.

@@ -1,7 +1,7 @@
 // The inner Jacobi of the blocked Jacobi SVD / eigen (papers 003 section 2.3 and 004): one thread
 // block per K x K symmetric matrix G (a Gram matrix [A_i A_j]^T [A_i A_j] of a block-column pair,
 // or a 2w x 2w diagonal block of a symmetric matrix), held with its eigenvector matrix V in shared
-// memory. Cyclic two-sided Jacobi with the chess-tournament ordering (paper 004): in each of the
+// memory. Cyclic two-sided Jacobi with the chess-tournament ordering (Torun et al.): in each of the
 // K - 1 steps of a sweep the K/2 disjoint pairs (p, q) get their rotation from
 // theta = (g_qq - g_pp) / (2 g_pq), t = sgn(theta) / (|theta| + sqrt(theta^2 + 1)),
 // c = 1 / sqrt(1 + t^2), s = t c (eqs. 8-10); then G <- J^T G J and V <- V J. A thread owns the
@@ -9,7 +9,7 @@
 // (the rounding of a row-then-column update, one barrier fewer); the pivot blocks become
 // g_pp - t g_pq, g_qq + t g_pq and zeros (their accurate form).
 // A pair rotates only if |g_pq| > tol sqrt(|g_pp g_qq|) (relative orthogonality, eq. 2.3 of
-// paper 000); sweeps stop when none rotated, after max_sweeps at most.
+// Novakovic-Singer HSVD); sweeps stop when none rotated, after max_sweeps at most.
 // Out: V after one Newton-Schulz step V <- V (3 I - V^T V) / 2 (the rotations' rounding drifts the
 // column norms coherently, by 70-95 eps after an inner solve to convergence at K = 64, which the
 // outer iteration would multiply by its hundreds of steps; the step leaves 3-4 eps), its columns

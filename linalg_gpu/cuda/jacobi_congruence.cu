@@ -4,11 +4,11 @@
 // (columns: x_p <- m11 x_p + m21 x_q, x_q <- m12 x_p + m22 x_q), and A <- M^T A M, B <- M^T B M, V <- V M;
 // a thread owns the 2 x 2 block between two pairs. The numpy twin and the formulas are in
 // linalg_gpu/jacobi/congruence.py:
-// MODE 1: trigonometric M for equal signs, hyperbolic for opposite ones (paper 000 eqs. 2.2-2.6), pivot
+// MODE 1: trigonometric M for equal signs, hyperbolic for opposite ones (Novakovic-Singer HSVD eqs. 2.2-2.6), pivot
 //   blocks in their accurate form; at the end one step V (3 I - J V^T J V) / 2 and the columns sorted
 //   within each sign (+ descending, - ascending by the final diagonal). stats[b] counts the hyperbolic
 //   pairs with |zeta| <= 1 (numerically dependent columns), which are left alone.
-// MODE 2: the Hari-Zimmermann M (paper 003 section 2.1.2; for T = cplx section 2.1.1 and A <- M^H A M),
+// MODE 2: the Hari-Zimmermann M (Novakovic-Singer GSVD section 2.1.2; for T = cplx section 2.1.1 and A <- M^H A M),
 //   with the rescaling by diag(B)^(-1/2), the exception of proportional pivot blocks and the sorting
 //   swap; at the end the columns scaled by
 //   (a_jj + b_jj)^(-1/2) (section 2.4) and sorted by a_jj / b_jj descending. stats[b] += the big

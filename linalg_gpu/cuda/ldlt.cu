@@ -1,4 +1,4 @@
-// Batched LDL^T factorization and solve without pivoting (paper 001, section 3, eq. 5).
+// Batched LDL^T factorization and solve without pivoting (Abbas-Turki-Graillat, section 3, eq. 5).
 //
 // Layout: W lanes of a warp per system (W divides 32, so a warp holds 32 / W systems), and
 // R = ceil(N / W) rows per lane: lane q owns rows q, q + W, ..., each in registers (its lower

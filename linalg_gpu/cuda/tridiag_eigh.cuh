@@ -1,5 +1,5 @@
 // Divide and conquer for a symmetric tridiagonal matrix in shared memory, one system per group
-// of N threads (paper 001, section 5, Algorithm 3; the numpy twin is small/tridiag_eigh.py and
+// of N threads (Abbas-Turki-Graillat, section 5, Algorithm 3; the numpy twin is small/tridiag_eigh.py and
 // computes the same function with the same steps):
 //  - scale to max |entry| = 1; tear by eq. (15) with rho = |c_m| (sign moved into the vector);
 //  - leaves 1x1 and 2x2 (Jacobi rotation); merges bottom-up, all merges of one round (the host's

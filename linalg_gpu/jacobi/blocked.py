@@ -3,15 +3,15 @@
 The public ``jacobi_svd`` / ``jacobi_eigh`` send CuPy arrays here; numpy arrays run the same
 blocked algorithm (the CPU twin, tested in CI). The columns (and, two-sided, the rows) are cut
 into blocks of w = ``BLOCK`` = 32; a step of the chess-tournament ordering over the blocks
-(``orderings.round_robin``, paper 004) pairs them disjointly, and for all pairs of the step at
-once (paper 003 section 2.3, the full-block variant; paper 000's block-oriented Jacobi):
+(``orderings.round_robin``, Torun et al.) pairs them disjointly, and for all pairs of the step at
+once (Novakovic-Singer GSVD section 2.3, the full-block variant; Novakovic-Singer HSVD's block-oriented Jacobi):
 
 - one-sided SVD: the 2w x 2w Gram matrices G = [A_i A_j]^T [A_i A_j] by one batched matrix
   product, an inner two-sided Jacobi on each G to convergence (``block.block_eigh``, shared memory
   on the GPU) giving W with G = W diag W^T, then [A_i A_j] <- [A_i A_j] W and
   [V_i V_j] <- [V_i V_j] W by batched products (tensor cores for float64 on an H100);
 - two-sided eigen: the 2w x 2w diagonal blocks, their inner Jacobi W, then the row update
-  J^T A and the column update (J^T A) J of all pairs (paper 004's row-then-column order, by
+  J^T A and the column update (J^T A) J of all pairs (Torun et al.'s row-then-column order, by
   blocks; the column update as a row update of the transpose, A being symmetric), and V J.
 
 Layout: the matrix is kept with the blocks of a step's pairs adjacent, so that a pair is one
@@ -45,7 +45,7 @@ from .orderings import round_robin
 from .svd import _row_norms
 
 BLOCK = 32
-# The inner Jacobi's sweeps per outer step (paper 000's block-oriented variant runs one, the
+# The inner Jacobi's sweeps per outer step (Novakovic-Singer HSVD's block-oriented variant runs one, the
 # full-block variant to convergence). Measured on an H100 (benchmarks/tools/profile_jacobi.py,
 # n = 1024 and 4096): one or two inner sweeps take the fewest seconds; to convergence costs up
 # to 2x for one outer sweep fewer.
@@ -417,7 +417,7 @@ def hyperbolic_svd(G, sign, *, compute_v=True, tol=None, max_sweeps=60, return_i
 
 def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, block=BLOCK):
     """The blocked twin of :func:`linalg_gpu.jacobi.gsvd.gsvd` for checked F, G that it has scaled to max
-    |entry| in [0.5, 1) and whose result it scales back (paper 003 section 2.3, the block-oriented variant:
+    |entry| in [0.5, 1) and whose result it scales back (Novakovic-Singer GSVD section 2.3, the block-oriented variant:
     one inner sweep per step).
 
     Shortening (section 2): the columns sorted by the norms of G's, the rows of each matrix by their

@@ -1,21 +1,21 @@
 """The inner Jacobi of the blocked hyperbolic SVD and GSVD: congruences of small Gram matrices.
 
-For the blocked one-sided algorithms (paper 003 section 2.3; paper 000's block-oriented variant) a step
-forms, for each pair of block columns, the 2w x 2w Gram matrix A = [G_i G_j]^T [G_i G_j] (and for the GSVD
-also B from the second matrix), and needs a transformation V that makes V^T A V (and V^T B V) diagonal.
+For the blocked one-sided algorithms (Novakovic-Singer GSVD section 2.3; Novakovic-Singer HSVD's block-oriented
+variant) a step forms, for each pair of block columns, the 2w x 2w Gram matrix A = [G_i G_j]^T [G_i G_j] (and for
+the GSVD also B from the second matrix), and needs a transformation V that makes V^T A V (and V^T B V) diagonal.
 The one-sided formulas of a pivot pair use only the Gram entries a_pp, a_qq, a_pq (b_..), so they are
 applied here two-sidedly to the Gram matrices, A <- M^T A M, B <- M^T B M, V <- V M, with the 2 x 2 M of
-each pair of a chess-tournament step (paper 003 section 2.3: "a two-sided method can be applied
+each pair of a chess-tournament step (Novakovic-Singer GSVD section 2.3: "a two-sided method can be applied
 straightforwardly"; this replaces the Cholesky factor and its one-sided sweep, one factorization and
 K - 1 barriers fewer per block):
 
 - ``block_hyperbolic(A, sign, tol, sweeps)``: M trigonometric for pairs of equal sign, hyperbolic otherwise
-  (``hsvd._hyperbolic_pair``, paper 000 eqs. 2.2-2.5), pivot blocks in their accurate form a_pp + hyp t a_pq,
-  a_qq + t a_pq (eq. 2.6); then one Newton-Schulz step V <- V (3 I - J V^T J V) / 2 towards J-orthogonality,
-  and the columns sorted within each sign (+ by the final diagonal descending, - ascending), so that the
+  (``hsvd._hyperbolic_pair``, Novakovic-Singer HSVD eqs. 2.2-2.5), pivot blocks in their accurate form
+  a_pp + hyp t a_pq, a_qq + t a_pq (eq. 2.6); then one Newton-Schulz step V <- V (3 I - J V^T J V) / 2 towards
+  J-orthogonality, and the columns sorted within each sign (+ by the final diagonal descending, - ascending), so that the
   signature of the block's rows never changes. Returns (V, bad): bad counts the hyperbolic pairs whose
   columns were numerically dependent (|zeta| <= 1), which the caller reports.
-- ``block_hz(A, B, tol, sweeps)``: M from the Hari-Zimmermann formulas (``gsvd.hz_transform``, paper 003
+- ``block_hz(A, B, tol, sweeps)``: M from the Hari-Zimmermann formulas (``gsvd.hz_transform``, Novakovic-Singer GSVD
   section 2.1.2, or 2.1.1 for Hermitian A, B: rescaling, exception, sorting swap; A <- M^H A M), the pivot
   blocks' off-diagonals set to zero; then the
   columns scaled by Theta = (a_jj + b_jj)^(-1/2) (section 2.4) and sorted by a_jj / b_jj descending.

@@ -1,4 +1,5 @@
-"""Generalized SVD of (F, G) by the implicit (one-sided) Hari-Zimmermann algorithm (paper 003), real or complex.
+"""Generalized SVD of (F, G) by the implicit (one-sided) Hari-Zimmermann algorithm (Novakovic & Singer), real or
+complex.
 
 ``gsvd(F, G)`` returns U, V, Z, alpha, beta with F Z = U diag(alpha), G Z = V diag(beta), U^H U = V^H V = I,
 alpha^2 + beta^2 = 1 and beta > 0 (G of full column rank), sorted by alpha / beta descending: the
@@ -357,7 +358,7 @@ def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
     References
     ----------
     .. [1] V. Novakovic, S. Singer, "Implicit Hari-Zimmermann algorithm for the generalized SVD on
-       the GPUs" (paper 003), sections 2.1.1, 2.1.2, 2.3-2.5.
+       the GPUs" (Novakovic-Singer GSVD), sections 2.1.1, 2.1.2, 2.3-2.5.
     """
     _check_options(tol, max_sweeps)
     gpu = is_cupy_array(F) or is_cupy_array(G)

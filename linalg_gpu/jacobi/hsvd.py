@@ -1,4 +1,4 @@
-"""Hyperbolic SVD by one-sided hyperbolic Jacobi, and the symmetric indefinite eigenproblem (paper 000).
+"""Hyperbolic SVD by one-sided hyperbolic Jacobi, and the symmetric indefinite eigenproblem (Novakovic-Singer HSVD).
 
 ``hyperbolic_svd(G, J)``: G (m x n, m >= n, full column rank) and a signature J = diag(j), j_i = +-1,
 give G = U diag(sigma) V^T with U^T U = I, sigma > 0 and V^T J V = J (eq. 1.1). The columns of G are
@@ -255,7 +255,7 @@ def hyperbolic_svd(G, J, *, compute_v=True, tol=None, max_sweeps=60, return_info
     ----------
     G : (M, N) array_like, float32 or float64
         Of full column rank, M >= N. Taller matrices are shortened by a row-sorted, column-pivoted
-        Householder QR first (paper 000, section 1).
+        Householder QR first (Novakovic-Singer HSVD, section 1).
     J : (N,) array_like of +1 / -1
         The signature: the diagonal of J.
     compute_v : bool, optional
@@ -292,7 +292,7 @@ def hyperbolic_svd(G, J, *, compute_v=True, tol=None, max_sweeps=60, return_info
 
     References
     ----------
-    .. [1] V. Novakovic, S. Singer, "A GPU-based hyperbolic SVD algorithm", BIT 51 (2011) (paper 000).
+    .. [1] V. Novakovic, S. Singer, "A GPU-based hyperbolic SVD algorithm", BIT 51 (2011) (Novakovic-Singer HSVD).
     """
     _check_options(tol, max_sweeps)
     if is_cupy_array(G):
@@ -326,7 +326,7 @@ def eigh_indefinite(M, *, tol=None, max_sweeps=60, return_info=False):
     """Eigenvalues and eigenvectors of a real symmetric (indefinite) M, with high relative accuracy.
 
     M = G J G^T (Bunch-Parlett with post-processing, ``indefinite.gjgt``; G of full column rank r),
-    then the hyperbolic SVD G = U Sigma V^T: M = U (Sigma^2 J) U^T (paper 000, section 1). A singular
+    then the hyperbolic SVD G = U Sigma V^T: M = U (Sigma^2 J) U^T (Novakovic-Singer HSVD, section 1). A singular
     M (r < N) gets N - r zero eigenvalues with an orthonormal basis of its null space. M is scaled by a
     power of 2 (exact) to max |m_ij| in [0.5, 1) first and the eigenvalues back; an eigenvalue beyond the
     dtype's range raises OverflowError.

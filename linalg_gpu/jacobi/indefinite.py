@@ -3,8 +3,8 @@
 A real symmetric, possibly indefinite and possibly singular M (n x n) of numerical rank r is
 factored as M = G diag(J) G^T with G (n, r) of full column rank and J (r,) holding +1 / -1: the
 "Hermitian indefinite factorization with post-processing", which always gives G of full column
-rank (paper 000, Novakovic & Singer, "A GPU-based hyperbolic SVD algorithm", section 1; the
-post-processing is Slapnicar's, paper 000's reference [22]). The hyperbolic SVD of G then gives
+rank (Novakovic-Singer HSVD, Novakovic & Singer, "A GPU-based hyperbolic SVD algorithm", section 1; the
+post-processing is Slapnicar's, Novakovic-Singer HSVD's reference [22]). The hyperbolic SVD of G then gives
 the eigen-decomposition of M.
 
 The factorization is Bunch-Parlett with complete pivoting: P^T M P = L D L^T, L unit lower
@@ -199,7 +199,7 @@ def gjgt(M, *, tol=None):
     M : (n, n) array_like, float32 or float64
         Real symmetric matrix; no batch dimensions. float32 is computed in float32. A cupy array
         is copied to the host, factored there and the factors returned as cupy arrays: the GPU
-        has no good indefinite factorization (paper 000, sections 1 and 6 leave it open).
+        has no good indefinite factorization (Novakovic-Singer HSVD, sections 1 and 6 leave it open).
     tol : float in (0, 1), optional
         The elimination stops when every entry of the Schur complement is <= tol * max|M| times the
         growth so far (the largest entry of the earlier Schur complements over max|M|) and
@@ -231,7 +231,7 @@ def gjgt(M, *, tol=None):
     .. [1] J. R. Bunch, B. N. Parlett, "Direct methods for solving symmetric indefinite systems
        of linear equations", SIAM J. Numer. Anal. 8 (1971).
     .. [2] V. Novakovic, S. Singer, "A GPU-based hyperbolic SVD algorithm", BIT 51 (2011)
-       (paper 000), section 1: G from the Hermitian indefinite factorization with
+       (Novakovic-Singer HSVD), section 1: G from the Hermitian indefinite factorization with
        post-processing has full column rank.
     .. [3] I. Slapnicar, "Componentwise analysis of direct factorization of real symmetric and
        Hermitian matrices", Linear Algebra Appl. 272 (1998).

@@ -1,9 +1,9 @@
-"""Two-sided parallel cyclic Jacobi eigensolver and the Karhunen-Loeve transform (paper 004).
+"""Two-sided parallel cyclic Jacobi eigensolver and the Karhunen-Loeve transform (Torun et al.).
 
-The classical two-sided Jacobi method (paper 004, eqs. 3-5): A <- J^T A J with plane rotations
+The classical two-sided Jacobi method (Torun et al., eqs. 3-5): A <- J^T A J with plane rotations
 J(p, q, theta) chosen to annihilate a_pq, repeated until A is diagonal; V = J_1 J_2 ... J_L
 holds the eigenvectors (the KLT matrix). The parallel version groups the pairs of a sweep into
-*steps* of disjoint pairs (the chess-tournament ordering of paper 004, eq. 7 and section II.B;
+*steps* of disjoint pairs (the chess-tournament ordering of Torun et al., eq. 7 and section II.B;
 ``orderings.round_robin``), so that every rotation of a step can be applied at once:
 
 1. the angles of all pairs of the step, from the current a_ii, a_jj, a_ij (eq. 5),
@@ -11,7 +11,7 @@ holds the eigenvectors (the KLT matrix). The parallel version groups the pairs o
 3. then the COLUMN update, A <- X J on columns i, j (eq. 9), and V <- V J (eq. 10).
 
 Here a step is one vectorized numpy operation over its pairs (fancy indexing; no Python loop
-over pairs): the numpy twin of the two kernels of paper 004. The GPU path is
+over pairs): the numpy twin of the two kernels of Torun et al.. The GPU path is
 ``linalg_gpu.jacobi.blocked.jacobi_eigh`` (cupy input).
 """
 
@@ -46,7 +46,7 @@ class JacobiInfo:
         Plane rotations applied over all sweeps.
     off_norm : float
         ||offdiag(A_final)||_F / ||A||_F (0 for the zero matrix): the part of A left off the
-        diagonal, relative to A (the diagonalization metric off(A), eq. 2 of paper 004).
+        diagonal, relative to A (the diagonalization metric off(A), eq. 2 of Torun et al.).
     tol : float
         The rotation threshold used.
     """
@@ -209,7 +209,7 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, assume_sy
 
     Each sweep runs the steps of ``ordering`` (``orderings.sweep``); a step's pairs are disjoint,
     so all its rotations are applied together: the angles from the current a_ii, a_jj, a_ij,
-    then the row update of all pairs (paper 004, eq. 8), then the column update and V <- V J
+    then the row update of all pairs (Torun et al., eq. 8), then the column update and V <- V J
     (eqs. 9, 10). With theta = (a_jj - a_ii) / (2 a_ij), t = sgn(theta) / (|theta| +
     sqrt(theta^2 + 1)), c = 1 / sqrt(1 + t^2), s = t c, the annihilated entries a_ij = a_ji are
     set to exactly 0 and the new diagonal to a_ii - t a_ij, a_jj + t a_ij (the accurate form of
@@ -234,7 +234,7 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, assume_sy
     A : (n, n) array_like, float32 or float64
         Real symmetric matrix (numpy or cupy; no batch dimensions). float32 is computed in float32.
     ordering : {"round_robin", "modified_modulus", "row_cyclic"}, default "round_robin"
-        Pivot ordering of a sweep: the chess tournament of paper 004 (eq. 7) by default;
+        Pivot ordering of a sweep: the chess tournament of Torun et al. (eq. 7) by default;
         see :mod:`linalg_gpu.jacobi.orderings`. The GPU path uses ``"round_robin"`` only.
     tol : float in (0, 1), optional
         Rotation threshold, relative as above. Default ``eps`` of the dtype (2.2e-16 for
@@ -276,9 +276,9 @@ def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, assume_sy
 
     References
     ----------
-    .. [1] M. U. Torun, O. Yilmaz, A. N. Akansu, paper 004: two-sided Jacobi (eqs. 3-5), the
+    .. [1] M. U. Torun, O. Yilmaz, A. N. Akansu, Torun et al.: two-sided Jacobi (eqs. 3-5), the
        chess-tournament ordering (eq. 7) and the parallel row / column updates (eqs. 8-10).
-    .. [2] Paper 002, section II (two-sided Jacobi, the Brent-Luk parallel ordering).
+    .. [2] Acosta-Quinonez, section II (two-sided Jacobi, the Brent-Luk parallel ordering).
     .. [3] J. Demmel, K. Veselic, "Jacobi's method is more accurate than QR", SIAM J. Matrix
        Anal. Appl. 13 (1992): the relative stopping test and the accuracy on graded matrices.
     .. [4] G. H. Golub, C. F. Van Loan, Matrix Computations, section 8.5 (sym.schur2).
@@ -377,7 +377,7 @@ def klt(X, *, ordering="round_robin", tol=None, max_sweeps=60, return_info=False
 
     References
     ----------
-    .. [1] Paper 004, section II: the KLT matrix V of eq. (1) by parallel Jacobi (eqs. 8-10).
+    .. [1] Torun et al., section II: the KLT matrix V of eq. (1) by parallel Jacobi (eqs. 8-10).
 
     Examples
     --------

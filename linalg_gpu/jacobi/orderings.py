@@ -1,10 +1,10 @@
 """Pivot orderings of a Jacobi sweep: the steps of a sweep as sets of disjoint pivot pairs.
 
-- ``round_robin``: the chess tournament (Torun, Yilmaz & Akansu, paper 004, section III; the
-  Brent-Luk parallel ordering of paper 002): n players (a dummy added for odd n) on a circle of
+- ``round_robin``: the chess tournament (Torun, Yilmaz & Akansu, Torun et al., section III; the
+  Brent-Luk parallel ordering of Acosta-Quinonez): n players (a dummy added for odd n) on a circle of
   seats, seat k playing seat n - 1 - k, n - 1 rounds; after each round the first player stays
   and the others move one seat.
-- ``modified_modulus``: Novakovic & Singer's strategy (paper 000, section 2 and Fig. 1): in step r
+- ``modified_modulus``: Novakovic & Singer's strategy (Novakovic-Singer HSVD, section 2 and Fig. 1): in step r
   the pairs (i, j) with i + j = r (mod n), starting on the antidiagonal r = n - 1; for even
   n = 2q the two indices left alone in an even step, r/2 and r/2 + q, are paired with each other,
   so a quasi-sweep has n steps of q pairs and annihilates the pairs (i, i + q) twice.

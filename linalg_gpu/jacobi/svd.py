@@ -1,9 +1,9 @@
-"""One-sided (Hestenes) Jacobi SVD of a real matrix (paper 002, eqs. 8-14; paper 000, eq. 2.3).
+"""One-sided (Hestenes) Jacobi SVD of a real matrix (Acosta-Quinonez, eqs. 8-14; Novakovic-Singer HSVD, eq. 2.3).
 
 The columns of G (m x n, m >= n) are orthogonalized by plane rotations from the right,
 G <- G J, V <- V J, until every pair is relatively orthogonal; then the column norms are the
 singular values (eq. 12) and the normalized columns the left singular vectors (eq. 13). For a
-pivot pair (i, j) (paper 002):
+pivot pair (i, j) (Acosta-Quinonez):
 
     alpha = g_i^T g_i,  beta = g_j^T g_j,  gamma = g_i^T g_j                          (eq. 8)
     zeta = (beta - alpha) / (2 gamma),  t = sgn(zeta) / (|zeta| + sqrt(1 + zeta^2))  (eqs. 9-10)
@@ -17,7 +17,7 @@ transposed, row-major working copy; no Python loop over pairs). Cupy input goes 
 blocks, an inner Jacobi per block pair, QR of the row- and column-sorted matrix as preconditioner):
 its singular values agree with this path to high relative accuracy, not to the last bit.
 
-A pair is rotated only when it is not relatively orthogonal (paper 000, eq. 2.3; paper 002,
+A pair is rotated only when it is not relatively orthogonal (Novakovic-Singer HSVD, eq. 2.3; Acosta-Quinonez,
 eq. 14), |gamma| > tol * sqrt(alpha) sqrt(beta); a sweep that rotates nothing ends the
 iteration. This test is scale-invariant per column, which is what makes one-sided Jacobi
 accurate in the relative sense for graded matrices (Demmel & Veselic 1992).
@@ -93,7 +93,7 @@ def _hestenes(W, Vt, steps, tol, max_sweeps):
     """
     dt = W.dtype.type
     one = dt(1)
-    tangent = math.sqrt(np.finfo(W.dtype).eps) / 2                   # T_eps of paper 000, section 2
+    tangent = math.sqrt(np.finfo(W.dtype).eps) / 2                   # T_eps of Novakovic-Singer HSVD, section 2
     rotations = 0
     for sweep_no in range(1, max_sweeps + 1):
         rotated = 0
@@ -104,7 +104,7 @@ def _hestenes(W, Vt, steps, tol, max_sweeps):
             alpha = (Wi * Wi).sum(axis=1)                                # (k,) eq. 8 (pairwise sums)
             beta = (Wj * Wj).sum(axis=1)                                 # (k,)
             gamma = (Wi * Wj).sum(axis=1)                                # (k,)
-            rot = np.abs(gamma) > tol * np.sqrt(alpha) * np.sqrt(beta)   # (k,) eq. 2.3 of paper 000
+            rot = np.abs(gamma) > tol * np.sqrt(alpha) * np.sqrt(beta)   # (k,) eq. 2.3 of Novakovic-Singer HSVD
             if not rot.any():
                 continue
             if not rot.all():
@@ -351,9 +351,9 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin
         Compute U and Vh (accumulate the rotations) or only s. Default True.
     ordering : {"round_robin", "modified_modulus", "row_cyclic"}, optional
         The pivot ordering of a sweep (``linalg_gpu.jacobi.orderings``). Default "round_robin"
-        (Brent-Luk, paper 002). Only the numpy path honours it.
+        (Brent-Luk, Acosta-Quinonez). Only the numpy path honours it.
     tol : float in (0, 1), optional
-        A pair is rotated only when |gamma| > tol sqrt(alpha beta) (paper 000 eq. 2.3, paper 002
+        A pair is rotated only when |gamma| > tol sqrt(alpha beta) (Novakovic-Singer HSVD eq. 2.3, Acosta-Quinonez
         eq. 14). Default sqrt(m') * eps(dtype), m' the length of the columns being
         orthogonalized (N after preconditioning, M without), as LAPACK's xGESVJ: a computed
         inner product of m' terms carries an error of about sqrt(m') eps ||g_i|| ||g_j||, so a
@@ -381,7 +381,7 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin
         Left singular vectors, orthonormal also for zero singular values (completed). Not
         returned when ``compute_uv`` is False.
     s : (K,) ndarray
-        Singular values, descending, the column norms of A V (paper 002 eq. 12).
+        Singular values, descending, the column norms of A V (Acosta-Quinonez eq. 12).
     Vh : (N, N) or (K, N) ndarray
         Right singular vectors as rows. Not returned when ``compute_uv`` is False.
     info : dict
@@ -405,7 +405,7 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin
 
     Notes
     -----
-    Convergence: a sweep that rotates no pair (paper 000, section 2). The paper also stops early
+    Convergence: a sweep that rotates no pair (Novakovic-Singer HSVD, section 2). The paper also stops early
     when every tangent of a sweep is below T_eps = sqrt(eps) / 2 (the next sweep's tangents are
     then O(eps) and change nothing). Here that early stop uses the relative tangent
     |t| * sqrt(max(alpha, beta) / min(alpha, beta)) of each applied rotation instead of |t|: for
@@ -424,9 +424,9 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin
     ----------
     .. [1] R. I. Acosta-Quinonez, D. Torres-Roman, R. Rodriguez-Avila, D. Robles-Valdez, "A
        parallel implementation of one-sided Jacobi SVD for non-symmetric squared matrices on a
-       high-performance GPU" (paper 002), eqs. (8)-(14).
+       high-performance GPU" (Acosta-Quinonez), eqs. (8)-(14).
     .. [2] V. Novakovic, S. Singer, "A GPU-based hyperbolic SVD algorithm", BIT 51 (2011)
-       (paper 000), eq. (2.3), the tangent threshold and the modified modulus strategy.
+       (Novakovic-Singer HSVD), eq. (2.3), the tangent threshold and the modified modulus strategy.
     .. [3] J. Demmel, K. Veselic, "Jacobi's method is more accurate than QR", SIAM J. Matrix Anal.
        Appl. 13 (1992). Z. Drmac, K. Veselic, "New fast and accurate Jacobi SVD algorithm I",
        SIAM J. Matrix Anal. Appl. 29 (2008).

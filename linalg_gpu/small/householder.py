@@ -1,4 +1,4 @@
-"""Batched Householder tridiagonalization A = Q T Q^T (paper 001, section 4, eqs. 8-14, Algorithm 2).
+"""Batched Householder tridiagonalization A = Q T Q^T (Abbas-Turki-Graillat, section 4, eqs. 8-14, Algorithm 2).
 
 For i = n, ..., 3 (1-based; 0-based rows n-1, ..., 2) row i of the current matrix U_{i+1}
 is reduced by H_i = I - u_i u_i^T / b_i (eq. 8) with

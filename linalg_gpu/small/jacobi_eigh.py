@@ -4,7 +4,7 @@
 float64), one thread per system with the matrix and the eigenvectors in registers (measured on the
 H100 against the Householder + divide-and-conquer kernel: see the README and
 ``benchmarks/NOTES_small_gpu.md``).
-The method is that of :func:`linalg_gpu.jacobi.klt.jacobi_eigh` (paper 004: eqs. 3-5, the
+The method is that of :func:`linalg_gpu.jacobi.klt.jacobi_eigh` (Torun et al.: eqs. 3-5, the
 chess-tournament ordering of eq. 7, the parallel row / column updates of eqs. 8-10, the relative
 rotation threshold of Demmel & Veselic with tol = eps), for a batch, with the kernel's details:
 

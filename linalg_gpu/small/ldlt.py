@@ -1,4 +1,4 @@
-"""Batched LDL^T factorization and solve without pivoting (paper 001, section 3, eq. 5).
+"""Batched LDL^T factorization and solve without pivoting (Abbas-Turki-Graillat, section 3, eq. 5).
 
 For a symmetric positive definite A = L D L^T, with L unit lower triangular and D diagonal:
 

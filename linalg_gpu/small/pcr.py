@@ -1,4 +1,4 @@
-"""Parallel cyclic reduction for symmetric tridiagonal systems of any size (paper 001, section 4).
+"""Parallel cyclic reduction for symmetric tridiagonal systems of any size (Abbas-Turki-Graillat, section 4).
 
 Each step replaces every equation e_p by e_p - (c_{p-1}/d_{p-1}) e_{p-1} - (c_p/d_{p+1}) e_{p+1}
 (eq. 10, with v'_i = v_i - ... ) which couples it to the equations two places away, and then

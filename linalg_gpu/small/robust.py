@@ -1,4 +1,4 @@
-"""The robust strategy for many small symmetric systems (paper 001, sections 1 and 6).
+"""The robust strategy for many small symmetric systems (Abbas-Turki-Graillat, sections 1 and 6).
 
 ``solve_small(method="auto")``: LDL^T first (section 3); the systems whose factorization broke
 down or whose relative residual ||Ax - b|| / (||A|| ||x|| + ||b||) exceeds ``rtol`` are solved
@@ -330,7 +330,7 @@ def _later_stages(xp, stages, Af, bf, symmetrize, cond_max, rtol, todo, start_co
 
 def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,
                 key=None, *, check_finite=True, assume_symmetric=False):
-    """Solve a batch of small symmetric systems A x = b robustly (paper 001).
+    """Solve a batch of small symmetric systems A x = b robustly (Abbas-Turki-Graillat).
 
     Parameters
     ----------

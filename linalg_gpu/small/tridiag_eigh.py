@@ -1,4 +1,4 @@
-"""Batched divide-and-conquer eigensolver for symmetric tridiagonal matrices (paper 001, section 5).
+"""Batched divide-and-conquer eigensolver for symmetric tridiagonal matrices (Abbas-Turki-Graillat, section 5).
 
 Cuppen's method as in Algorithm 3 and Fig. 13:
 
@@ -322,7 +322,7 @@ def tridiag_eigh(d, e, *, check_finite=True):
 
     References
     ----------
-    Paper 001, section 5, eqs. (15)-(17), Algorithm 3; Gu & Eisenstat, SIAM J. Matrix Anal.
+    Abbas-Turki-Graillat, section 5, eqs. (15)-(17), Algorithm 3; Gu & Eisenstat, SIAM J. Matrix Anal.
     Appl. 16 (1995); R.-C. Li, LAPACK Working Note 89 (1993) for the secular equation.
 
     Examples
@@ -358,7 +358,7 @@ def eigh_small(A, *, check_finite=True, assume_symmetric=False):
     decomposition behind the truncated solve of the robust strategy. Only the lower triangle
     of A is used. numpy input is computed on the CPU; cupy input (n <= 64) by the kernel
     ``cuda/eigh_small.cu``, which follows the same steps, except for n <= 12 (float32) and n <= 10
-    (float64): there the GPU runs the two-sided parallel Jacobi method (paper 004, as
+    (float64): there the GPU runs the two-sided parallel Jacobi method (Torun et al., as
     :func:`linalg_gpu.jacobi.klt.jacobi_eigh`) with one thread per system, ``cuda/eigh_jacobi.cu``
     (numpy twin: ``linalg_gpu.small.jacobi_eigh``), 2.2x (float32) and 1.9x (float64) faster than
     the divide-and-conquer kernel at n = 8 on an H100, 6.5x and 3.2x at n = 9. Both give eigenvalues
