@@ -12,8 +12,8 @@ K - 1 barriers fewer per block):
 - ``block_hyperbolic(A, sign, tol, sweeps)``: M trigonometric for pairs of equal sign, hyperbolic otherwise
   (``hsvd._hyperbolic_pair``, Novakovic-Singer HSVD eqs. 2.2-2.5), pivot blocks in their accurate form
   a_pp + hyp t a_pq, a_qq + t a_pq (eq. 2.6); then one Newton-Schulz step V <- V (3 I - J V^T J V) / 2 towards
-  J-orthogonality, and the columns sorted within each sign (+ by the final diagonal descending, - ascending), so that the
-  signature of the block's rows never changes. Returns (V, bad): bad counts the hyperbolic pairs whose
+  J-orthogonality, and the columns sorted within each sign (+ by the final diagonal descending, - ascending), so that
+  the signature of the block's rows never changes. Returns (V, bad): bad counts the hyperbolic pairs whose
   columns were numerically dependent (|zeta| <= 1), which the caller reports.
 - ``block_hz(A, B, tol, sweeps)``: M from the Hari-Zimmermann formulas (``gsvd.hz_transform``, Novakovic-Singer GSVD
   section 2.1.2, or 2.1.1 for Hermitian A, B: rescaling, exception, sorting swap; A <- M^H A M), the pivot
