@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from cva.backend import resolve_backend
+from cva.engine.estimators import Level
 from cva.engine.nested import STAGES, DateStats, Levels, sample_levels
 from cva.engine.plan import (
     COST_LIMIT_SECONDS,
@@ -19,6 +20,8 @@ from cva.engine.plan import (
     chunk_size,
     describe_cost,
     level_specs,
+    net,
+    netting_order,
     run_cost,
 )
 from cva.io import report, rundir
@@ -105,14 +108,18 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
         t_start = time.perf_counter()
         bar = _progress(None, 0, progress)
+        quantities, order = [c.quantity for c in plan.contracts], netting_order(plan)
+        g = cva_functional(plan, model, counterparty)
         try:
             lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume)
-            sample_levels(cfg, lv, cva_functional(plan, model, counterparty), log)
+            sample_levels(cfg, lv, lambda cube: g(net(cube, quantities, order)), log)
         finally:
             if bar is not None:
                 bar.close()
         elapsed = time.perf_counter() - t_start
-        result = report.finish(cfg, plan, model, counterparty, lv.levels(), stats, timings, out_dir,
+        netted = [Level(c.index, c.inner_paths, c.splits, net(c.sets, quantities, order), c.seconds)
+                  for c in lv.levels()]
+        result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
                                device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
         if write and not keep_chunks:
             rundir.remove_chunks(out_dir)

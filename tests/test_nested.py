@@ -245,3 +245,31 @@ def test_chunk_of_one_path_is_refused(tmp_path):
     with pytest.raises(ValueError, match="chunk must be >= 2"):
         cva.run(_small(tmp_path, "one"), chunk=1, progress=False)
     assert not (tmp_path / "one").exists()
+
+
+def test_value_cube_nets_long_and_short_identical_contracts_to_zero(tmp_path):
+    """The engine values each contract once into the value cube; netting is the sum quantity * value over
+    the cube: a long and a short copy of the same Bermudan and European have no exposure at all."""
+    port = [{"style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 100.0, "maturity": 1.0,
+             "exercise_dates": 4},
+            {"style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 100.0, "maturity": 1.0,
+             "exercise_dates": 4, "quantity": -1.0},
+            {"style": "european", "payoff": "call", "underlying": {"asset": 1}, "strike": 95.0, "maturity": 0.5},
+            {"style": "european", "payoff": "call", "underlying": {"asset": 1}, "strike": 95.0, "maturity": 0.5,
+             "quantity": -1.0}]
+    res = cva.run(_config(tmp_path, 3, port, outer_paths=200, inner_paths=32), progress=False)
+    assert res.cva == 0 and (res.exposures["EE"] == 0).all() and (res.exposures["ENE"] == 0).all()
+    assert not np.any(res.values)
+
+
+def test_net_sums_the_cube_in_the_order_of_each_date():
+    from cva.engine.plan import net
+
+    rng = np.random.default_rng(43)
+    cube = rng.standard_normal((3, 5, 4, 2))                                     # (sets, paths, contracts, dates)
+    q = [2.0, -1.0, 0.5, 3.0]
+    order = [[2, 0, 1, 3], [3, 1]]                                               # date 1: contracts 0, 2 expired
+    P = net(cube, q, order)
+    np.testing.assert_allclose(P[..., 0], cube[..., :, 0] @ np.array(q), rtol=1e-13)
+    np.testing.assert_allclose(P[..., 1], 3.0 * cube[..., 3, 1] - cube[..., 1, 1], rtol=1e-13)
+    np.testing.assert_allclose(net(cube, q, order, members=[0, 1])[..., 0], 2 * cube[..., 0, 0] - cube[..., 1, 0])

@@ -79,10 +79,12 @@ class DateStats:
 
 
 def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=None, splits=0, cond_sample=0):
-    """Netting-set values on outer paths l0 .. l0 + Lc - 1 (keys of :mod:`cva.market.rng`; host, float64): the array
-    (2^(splits + 1) - 1, Lc, K) of P from ``inner_paths`` inner paths (default the plan's), then from each
-    half of the same inner paths, each quarter, ... (``splits`` times halved; the antithetic multilevel
-    corrections of :mod:`cva.engine.estimators`), each with its own exercise decisions.
+    """The value cube on outer paths l0 .. l0 + Lc - 1 (keys of :mod:`cva.market.rng`; host, float64): the array
+    (2^(splits + 1) - 1, Lc, C, K) of each contract's value (one unit, 0 once exercised or matured) at each
+    exposure date, from ``inner_paths`` inner paths (default the plan's), then from each half of the same
+    inner paths, each quarter, ... (``splits`` times halved; the antithetic multilevel corrections of
+    :mod:`cva.engine.estimators`), each with its own exercise decisions. Netting is done on the cube
+    (:func:`cva.engine.plan.net`), as ORE's aggregation of its NPV cube.
 
     The solver memory is per system (``SolverMemory(per_system=True)``) and keyed by contract and
     regression date: each outer path's regression at exercise date t_j starts, at the next
@@ -105,7 +107,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     clock = StageClock(xp, timings)
     S_out = model.sample(grid0, 1, seed=seed, purpose="outer", dtype=dtype, xp=xp, outer=(l0, Lc))[:, 0]  # (Lc, G, d)
     clock("outer_paths")
-    P = xp.zeros((nv, Lc, K), dtype=np.float64)
+    V = xp.zeros((nv, Lc, len(plan.contracts), K), dtype=np.float64)                   # the value cube
     alive = [xp.ones((nv, Lc), dtype=bool) for _ in plan.contracts]
     memory = lg.SolverMemory(per_system=True)
     for g in range(G):
@@ -155,15 +157,15 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
             clock("exercise")
         for ci, (v, ex) in values.items():
             if k >= 0:
-                P[:, :, k] += plan.contracts[ci].quantity * xp.where(alive[ci], v, 0).astype(np.float64)
+                V[:, :, ci, k] = xp.where(alive[ci], v, 0).astype(np.float64)
             if g == plan.exercise_index[ci][-1]:
                 alive[ci] = xp.zeros((nv, Lc), dtype=bool)
             elif ex is not None:
                 alive[ci] = alive[ci] & ~ex
         clock("exercise")
-    P = _host(P)
+    V = _host(V)
     clock("io")                                                                        # (to the host)
-    return P
+    return V
 
 
 def _steps(S, idx):

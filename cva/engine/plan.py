@@ -114,3 +114,30 @@ def level_specs(cfg) -> list[tuple[int, int]]:
     return [(sim.inner_paths_for(), 1 if sim.estimator == "plain" else 2)]
 
 
+
+
+def netting_order(plan) -> list[list[int]]:
+    """Per exposure date, the contracts alive there in the order their values were summed before the value
+    cube existed (those valued at the node first, then those valued by inner paths, each by index), so that
+    :func:`net` gives those sums bit for bit."""
+    order = []
+    for g in (int(i) for i in plan.exposure_index):
+        first, later = [], []
+        for ci, ix in enumerate(plan.exercise_index):
+            if g > int(ix[-1]):
+                continue
+            (first if g == int(ix[-1]) or plan.closed_form[ci] else later).append(ci)
+        order.append(first + later)
+    return order
+
+
+def net(cube, quantities, order, members=None):
+    """The netting-set values (..., K) of the value cube (..., C, K): sum of quantity * value over the
+    ``members`` (default all contracts), summed in ``order`` (:func:`netting_order`)."""
+    keep = None if members is None else set(members)
+    P = np.zeros(cube.shape[:-2] + (cube.shape[-1],), dtype=np.float64)
+    for k, contracts in enumerate(order):
+        for c in contracts:
+            if keep is None or c in keep:
+                P[..., k] += quantities[c] * cube[..., c, k]
+    return P
