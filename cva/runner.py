@@ -29,7 +29,7 @@ from cva.io.config import load_config
 from cva.io.report import RunResult
 from cva.market.model import BlackScholes
 from cva.xva.credit import Counterparty
-from cva.xva.measures import cva_functional
+from cva.xva.measures import cva_allocations, cva_functional
 
 
 def _progress(total, initial, enabled):
@@ -117,10 +117,11 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             if bar is not None:
                 bar.close()
         elapsed = time.perf_counter() - t_start
-        netted = [Level(c.index, c.inner_paths, c.splits, net(c.sets, quantities, order), c.seconds)
-                  for c in lv.levels()]
+        cube = lv.levels()
+        netted = [Level(c.index, c.inner_paths, c.splits, net(c.sets, quantities, order), c.seconds) for c in cube]
+        trades = cva_allocations(cube, plan, model, counterparty, cfg.simulation.estimator, order)
         result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
-                               device=device, chunk=chunk, elapsed=elapsed, manifest=manifest)
+                               device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades)
         if write and not keep_chunks:
             rundir.remove_chunks(out_dir)
     return result

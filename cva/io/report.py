@@ -37,7 +37,8 @@ def plot_titles(pfe_quantile: float = measures.PFE_LEVEL) -> dict:
 
 PLOTS = plot_titles()
 
-OUTPUTS = ("summary.json", "exposures.csv", "solver_stats.csv", "report.html") + tuple(PLOTS)
+TRADE_COLUMNS = ["contract", "quantity", "cva_allocation", "cva_allocation_stderr"]
+OUTPUTS = ("summary.json", "exposures.csv", "solver_stats.csv", "trades.csv", "report.html") + tuple(PLOTS)
 
 #: The column headers of the report's tables (the CSV files keep the keys).
 HEADERS = {
@@ -82,9 +83,14 @@ Counterparty: recovery {{ s.recovery }}, {{ s.credit }}.</p>
 <tr><td>{{ "%.6g"|format(s.EPE) }}</td><td>{{ "%.6g"|format(s.EEPE) }}</td><td>{{ "%.6g"|format(s.max_EE) }}</td>
 <td>{{ "%.6g"|format(s.max_PFE) }}</td></tr></table>
 <h2>Portfolio</h2>
-<table><tr><th>contract</th><th>quantity</th></tr>
-{% for c in s.portfolio %}<tr><td>{{ c.name }}: {{ c.description }}</td><td>{{ c.quantity }}</td></tr>{% endfor %}
-</table>
+<table><tr><th>contract</th><th>quantity</th><th>CVA allocation (Euler)</th><th>std. error</th></tr>
+{% for c in s.portfolio %}<tr><td>{{ c.name }}: {{ c.description }}</td><td>{{ c.quantity }}</td>
+{%- set t = s.trades[loop.index0] if s.trades|length > loop.index0 else none %}
+<td>{{ "%.6g"|format(t.cva_allocation) if t else "" }}</td>
+<td>{{ "%.3g"|format(t.cva_allocation_stderr) if t else "" }}</td></tr>
+{% endfor %}</table>
+<p class="note">A contract's allocation is (1 - R) &sum;<sub>k</sub> D(t<sub>k</sub>) q<sub>k</sub> E[q<sub>i</sub>
+V<sub>i</sub>(t<sub>k</sub>) 1{P(t<sub>k</sub>) &gt; 0}], by the same estimator: the allocations add up to the CVA.</p>
 <h2 id="levels">Inner-sample bias: the {{ s.estimator }} estimator</h2>
 <p class="note">Each level's outer paths value the netting set from M inner paths and from the two halves
 of the same inner paths; its correction Y = g(P<sub>M</sub>) - (g(P<sub>a</sub>) + g(P<sub>b</sub>)) / 2 (g: the
@@ -324,7 +330,8 @@ class RunResult:
 
 
 
-def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest):
+def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest,
+           trades=None):
     """Measures from the levels' per-path values (:mod:`cva.engine.estimators`), then every file of the run directory,
     summary.json last (none where ``out_dir`` is None); the RunResult."""
 
@@ -350,6 +357,7 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
         "elapsed_seconds": elapsed, "runtime_seconds": dict(timings),
         "versions": _versions(), "config_hash": manifest["config_hash"], "config": cfg.to_dict(),
     }
+    summary["trades"] = list(trades or [])
     summary["status"] = "complete"
     text = json.dumps(summary, indent=2, default=_json_default, allow_nan=False) if _finite(summary) else None
     if text is None:
@@ -371,6 +379,8 @@ def _write(out_dir, cfg, prof, solver, stats, timings, summary, text, q):
     out_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_text(out_dir / "exposures.csv", prof.to_csv(index=False))
     rundir.write_text(out_dir / "solver_stats.csv", solver.to_csv(index=False))
+    trades = pd.DataFrame(summary["trades"], columns=TRADE_COLUMNS)
+    rundir.write_text(out_dir / "trades.csv", trades.to_csv(index=False))
     images = _plots(prof, solver, stats, timings, summary["levels"], q, cfg.regression.cond_max)
     for name, png in images.items():
         rundir.write_bytes(out_dir / name, png)
