@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cva.engine.estimators import combine, level_table
+from cva.engine.estimators import Level, combine, level_table
 from cva.engine.plan import net
 
 Z95 = 1.959963984540054
@@ -112,16 +112,12 @@ def cva_allocations(levels, plan, model, counterparty, estimator, order) -> list
     quantities = [c.quantity for c in plan.contracts]
     w = (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
         counterparty.curve.default_probabilities(plan.dates)
-
-    def term(i):
-        def g(cube):
-            P = net(cube, quantities, order)
-            return (quantities[i] * cube[..., i, :] * (P > 0)) @ w
-        return g
-
+    positive = [net(lv.sets, quantities, order) > 0 for lv in levels]            # 1{P > 0}, once per level
     out = []
     for i, c in enumerate(plan.contracts):
-        est = combine(levels, term(i), estimator)
+        parts = [Level(lv.index, lv.inner_paths, lv.splits, c.quantity * lv.sets[..., i, :] * pos, lv.seconds)
+                 for lv, pos in zip(levels, positive, strict=True)]
+        est = combine(parts, lambda X: X @ w, estimator)
         out.append({"contract": c.name, "quantity": c.quantity, "cva_allocation": float(est["estimate"]),
                     "cva_allocation_stderr": float(est["stderr"])})
     return out
