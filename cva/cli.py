@@ -243,6 +243,9 @@ def _cmd_run(args) -> int:
     print(f"CVA = {result.cva:.6g} +- {result.stderr:.3g} ({s['estimator']}, {bias}; 95% interval with the remaining "
           f"bias [{lo:.6g}, {hi:.6g}]); EPE {s['EPE']:.6g}, EEPE {s['EEPE']:.6g}; "
           f"{s['elapsed_seconds']:.1f} s on {s['device']}")
+    if "dva" in s:
+        print(f"DVA = {s['dva']:.6g} +- {s['dva_stderr']:.3g} (95% interval [{s['dva_ci_low']:.6g}, "
+              f"{s['dva_ci_high']:.6g}]); CVA and DVA first to default")
     print(f"report: {result.out_dir / 'report.html'}")
     return EXIT_OK
 

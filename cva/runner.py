@@ -109,7 +109,8 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         t_start = time.perf_counter()
         bar = _progress(None, 0, progress)
         quantities, order = [c.quantity for c in plan.contracts], netting_order(plan)
-        g = cva_functional(plan, model, counterparty)
+        own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
+        g = cva_functional(plan, model, counterparty, own)
         try:
             lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume)
             sample_levels(cfg, lv, lambda cube: g(net(cube, quantities, order)), log)
@@ -119,9 +120,10 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         elapsed = time.perf_counter() - t_start
         cube = lv.levels()
         netted = [Level(c.index, c.inner_paths, c.splits, net(c.sets, quantities, order), c.seconds) for c in cube]
-        trades = cva_allocations(cube, plan, model, counterparty, cfg.simulation.estimator, order)
+        trades = cva_allocations(cube, plan, model, counterparty, cfg.simulation.estimator, order, own)
         result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
-                               device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades)
+                               device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
+                               own=own)
         if write and not keep_chunks:
             rundir.remove_chunks(out_dir)
     return result

@@ -772,6 +772,9 @@ class Config(_Section):
     portfolio: Annotated[tuple[Contract, ...], Field(min_length=1)] = Field(
         description="a list of contracts (style, payoff, underlying, strike, maturity, ...)")
     counterparty: Counterparty | None = None
+    own_credit: Counterparty | None = Field(
+        None, description="our own recovery and credit curve (as counterparty's): the CVA becomes first to default "
+                          "and the DVA is computed")
     simulation: Simulation = Field(default_factory=Simulation)
     regression: Regression = Field(default_factory=Regression)
     output: Output = Field(default_factory=Output)

@@ -68,16 +68,27 @@ img { max-width: 100%; height: auto; border: 1px solid #ddd; margin: 0.5em 0; }
 <body data-images-total="{{ images|length }}">
 <h1>CVA report: {{ s.name }}</h1>
 <p class="big">CVA = <b>{{ "%.6g"|format(s.cva) }}</b> &plusmn; {{ "%.3g"|format(s.stderr) }} (std. error);
-95% interval [{{ "%.6g"|format(s.ci_low) }}, {{ "%.6g"|format(s.ci_high) }}]</p>
+95% interval [{{ "%.6g"|format(s.ci_low) }}, {{ "%.6g"|format(s.ci_high) }}]
+{%- if s.own_credit %}<br>DVA = <b>{{ "%.6g"|format(s.dva) }}</b> &plusmn; {{ "%.3g"|format(s.dva_stderr) }};
+95% interval [{{ "%.6g"|format(s.dva_ci_low) }}, {{ "%.6g"|format(s.dva_ci_high) }}]{% endif %}</p>
 <p class="note" id="inner-bias">{{ estimator_note }}</p>
 <p>{{ s.outer_paths }} outer paths in all, {{ s.inner_paths }} inner paths on the finest level,
 {{ s.exposure_dates }} exposure dates,
 {{ s.grid_dates }} grid dates; backend {{ s.device }}, {{ s.dtype }}
 {%- if s.regression_dtype != s.dtype %} ({{ s.regression_dtype }} regressions){% endif %};
 {{ "%.2f"|format(s.elapsed_seconds) }} s.
-Counterparty: recovery {{ s.recovery }}, {{ s.credit }}.</p>
-<p class="note">Default is assumed independent of the market (no wrong-way risk): the CVA is
+Counterparty: recovery {{ s.recovery }}, {{ s.credit }}.
+{%- if s.own_credit %} Own credit: recovery {{ s.own_credit.recovery }}, {{ s.own_credit.credit }}.{% endif %}</p>
+{% if s.own_credit %}<p class="note">Default is assumed independent of the market (no wrong-way risk); bilateral,
+first to default (C the counterparty, B ourselves): CVA = (1 - R<sub>C</sub>) &sum;<sub>k</sub>
+E[D(t<sub>k</sub>) P<sup>+</sup>(t<sub>k</sub>)]
+(S<sub>C</sub>(t<sub>k-1</sub>) - S<sub>C</sub>(t<sub>k</sub>)) S<sub>B</sub>(t<sub>k-1</sub>),
+DVA = (1 - R<sub>B</sub>) &sum;<sub>k</sub> E[D(t<sub>k</sub>) P<sup>-</sup>(t<sub>k</sub>)]
+(S<sub>B</sub>(t<sub>k-1</sub>) - S<sub>B</sub>(t<sub>k</sub>)) S<sub>C</sub>(t<sub>k-1</sub>),
+P<sup>-</sup> = max(-P, 0).</p>
+{% else %}<p class="note">Default is assumed independent of the market (no wrong-way risk): the CVA is
 (1 - R) &sum;<sub>k</sub> E[D(t<sub>k</sub>) P<sup>+</sup>(t<sub>k</sub>)] (S(t<sub>k-1</sub>) - S(t<sub>k</sub>)).</p>
+{% endif %}
 <h2>Measures</h2>
 <table><tr><th>EPE</th><th>EEPE</th><th>max EE</th><th>max {{ pfe }}</th></tr>
 <tr><td>{{ "%.6g"|format(s.EPE) }}</td><td>{{ "%.6g"|format(s.EEPE) }}</td><td>{{ "%.6g"|format(s.max_EE) }}</td>
@@ -331,12 +342,13 @@ class RunResult:
 
 
 def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest,
-           trades=None):
+           trades=None, own=None):
     """Measures from the levels' per-path values (:mod:`cva.engine.estimators`), then every file of the run directory,
     summary.json last (none where ``out_dir`` is None); the RunResult."""
 
     q = cfg.output.pfe_quantile
-    prof, est, contrib = measures.exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator, q)
+    prof, est, contrib = measures.exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator, q,
+                                                          own)
     est["warnings"] = decay_warnings(est["levels"])
     solver = solver_table(plan, stats)
     totals = {m: int(solver[m].sum()) for m in ("ldlt", "householder_pcr", "eig_truncate", "none")}
@@ -349,6 +361,7 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
         "chunk": chunk,
         "exposure_dates": len(plan.exposure_index), "grid_dates": len(plan.grid), "basis": plan.basis,
         "recovery": counterparty.recovery, "credit": counterparty.description,
+        "own_credit": None if own is None else {"recovery": own.recovery, "credit": own.description},
         "default_model": "default independent of the market (no wrong-way risk)",
         "portfolio": [{"name": c.name, "description": c.describe(), "quantity": c.quantity} for c in plan.contracts],
         "solver": {"systems": int(solver["systems"].sum()), "method_mix": totals,

@@ -17,6 +17,7 @@ SECTIONS = [
     ("portfolio[]", c.Contract, "required: a list of contracts"),
     ("counterparty", c.Counterparty, "required by `cva run`"),
     ("counterparty.hazards", c.Hazards, "one of the three credit curves"),
+    ("own_credit", c.Counterparty, "optional: our own credit, as counterparty's; turns on the DVA"),
     ("simulation", c.Simulation, "optional"),
     ("regression", c.Regression, "optional"),
     ("output", c.Output, "optional"),

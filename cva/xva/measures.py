@@ -68,19 +68,44 @@ def epe_eepe(dates, ee) -> dict:
     return {"EPE": epe, "EEPE": eepe}
 
 
-def cva_functional(plan, model, counterparty):
-    """g(P): the per-path CVA contributions of the values P (N, K)."""
+def bilateral_weights(dates, rate, counterparty, own):
+    """The first-to-default weights on the exposure grid t_0 = 0 < t_1 < ...: for the CVA
+    (1 - R_C) D(t_k) (S_C(t_{k-1}) - S_C(t_k)) S_B(t_{k-1}), for the DVA
+    (1 - R_B) D(t_k) (S_B(t_{k-1}) - S_B(t_k)) S_C(t_{k-1}); C the counterparty, B ourselves (``own``)."""
+    dates = np.asarray(dates, dtype=float)
+    prev = np.concatenate([[0.0], dates[:-1]])
+    disc = np.exp(-rate * dates)
+    w_cva = (1.0 - counterparty.recovery) * disc * counterparty.curve.default_probabilities(dates) * \
+        own.curve.survival(prev)
+    w_dva = (1.0 - own.recovery) * disc * own.curve.default_probabilities(dates) * counterparty.curve.survival(prev)
+    return w_cva, w_dva
+
+
+def cva_functional(plan, model, counterparty, own=None):
+    """g(P): the per-path CVA contributions of the values P (N, K); with our own credit ``own``, the
+    first-to-default (bilateral) CVA of :func:`bilateral_weights`."""
+    if own is not None:
+        w = bilateral_weights(plan.dates, model.rate, counterparty, own)[0]
+        return lambda P: np.maximum(P, 0.0) @ w
     q = counterparty.curve.default_probabilities(plan.dates)
     return lambda P: cva_contributions(P, plan.dates, model.rate, q, counterparty.recovery)
 
 
-def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile=PFE_LEVEL):
+def dva_functional(plan, model, counterparty, own):
+    """g(P): the per-path DVA contributions (1 - R_B) sum_k D (S_B(t_{k-1}) - S_B(t_k)) S_C(t_{k-1}) P^-(t_k),
+    P^- = max(-P, 0) (what we owe when we default first)."""
+    w = bilateral_weights(plan.dates, model.rate, counterparty, own)[1]
+    return lambda P: np.maximum(-P, 0.0) @ w
+
+
+def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile=PFE_LEVEL, own=None):
     """The exposure profile (DataFrame; EE, ENE and the mean value by the estimator, PFE the ``pfe_quantile``
     quantile of the finest level's P^+, not bias-corrected), the CVA estimate (dict of
     :func:`cva.engine.estimators.combine` with ``cva``, ``stderr``, ``ci_low``, ``ci_high``) and the finest level's
-    per-path contributions."""
+    per-path contributions. With our own credit ``own``: the bilateral CVA and the DVA (``dva``,
+    ``dva_stderr``, ``dva_ci_low``, ``dva_ci_high``)."""
     dates = plan.dates
-    g = cva_functional(plan, model, counterparty)
+    g = cva_functional(plan, model, counterparty, own)
     est = combine(levels, g, estimator)
     ee = combine(levels, lambda P: np.maximum(P, 0.0), estimator)
     ene = combine(levels, lambda P: np.minimum(P, 0.0), estimator)
@@ -95,23 +120,36 @@ def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile
     prof["discount"] = np.exp(-model.rate * dates)
     prof["survival"] = counterparty.curve.survival(dates)
     prof["default_prob"] = q
-    prof["cva_contribution"] = (1 - counterparty.recovery) * prof["discount"] * prof["EE"] * q
+    if own is None:
+        prof["cva_contribution"] = (1 - counterparty.recovery) * prof["discount"] * prof["EE"] * q
+    else:
+        w_cva, w_dva = bilateral_weights(dates, model.rate, counterparty, own)
+        prof["own_survival"] = own.curve.survival(dates)
+        prof["cva_contribution"] = prof["EE"] * w_cva
+        prof["dva_contribution"] = -prof["ENE"] * w_dva
     summary = {"cva": float(est["estimate"]), "stderr": float(est["stderr"]), "ci_low": float(est["ci_low"]),
                "ci_high": float(est["ci_high"]), "estimator": estimator,
                "bias_estimate": float(est["bias_estimate"]), "bias_stderr": float(est["bias_stderr"]),
                "remaining_bias": None if est["remaining_bias"] is None else float(est["remaining_bias"]),
                "remaining_bias_stderr": None if est["remaining_stderr"] is None else float(est["remaining_stderr"]),
                "levels": level_table(levels, g, estimator)}
+    if own is not None:
+        dva = combine(levels, dva_functional(plan, model, counterparty, own), estimator)
+        summary.update({"dva": float(dva["estimate"]), "dva_stderr": float(dva["stderr"]),
+                        "dva_ci_low": float(dva["ci_low"]), "dva_ci_high": float(dva["ci_high"])})
     return prof, summary, g(fine)
 
 
-def cva_allocations(levels, plan, model, counterparty, estimator, order) -> list[dict]:
+def cva_allocations(levels, plan, model, counterparty, estimator, order, own=None) -> list[dict]:
     """Per contract, its Euler contribution to the netting set's CVA from the value cube's levels (sets,
     paths, contracts, dates): (1 - R) sum_k D(t_k) q_k E[q_i V_i(t_k) 1{P(t_k) > 0}], by the same estimator.
     They sum to the CVA (P^+ = sum_i q_i V_i 1{P > 0} path by path), up to rounding."""
     quantities = [c.quantity for c in plan.contracts]
-    w = (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
-        counterparty.curve.default_probabilities(plan.dates)
+    if own is None:
+        w = (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
+            counterparty.curve.default_probabilities(plan.dates)
+    else:
+        w = bilateral_weights(plan.dates, model.rate, counterparty, own)[0]
     positive = [net(lv.sets, quantities, order) > 0 for lv in levels]            # 1{P > 0}, once per level
     out = []
     for i, c in enumerate(plan.contracts):
