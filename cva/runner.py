@@ -30,6 +30,7 @@ from cva.io.report import RunResult
 from cva.market.model import BlackScholes
 from cva.xva.credit import Counterparty
 from cva.xva.measures import cva_allocations, cva_functional
+from cva.xva.sensitivities import sensitivities
 
 
 def _progress(total, initial, enabled):
@@ -121,9 +122,11 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         cube = lv.levels()
         netted = [Level(c.index, c.inner_paths, c.splits, net(c.sets, quantities, order), c.seconds) for c in cube]
         trades = cva_allocations(cube, plan, model, counterparty, cfg.simulation.estimator, order, own)
+        sens = None if cfg.sensitivities is None else sensitivities(cfg, xp, chunk, plan, model, counterparty, own,
+                                                                     netted, order, log)
         result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
                                device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
-                               own=own)
+                               own=own, sensitivities=sens)
         if write and not keep_chunks:
             rundir.remove_chunks(out_dir)
     return result

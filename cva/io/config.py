@@ -761,7 +761,22 @@ class Output(_Section):
     pfe_quantile: Num = Field(0.975, gt=0, lt=1, description="the quantile of the PFE, in (0, 1)")
 
 
-_OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output")
+class Sensitivities(_Section):
+    """``sensitivities``: the CVA's derivatives by central differences with common random numbers (the bumped
+    runs use the same keyed streams and, for mlmc, the same outer paths per level); a family is computed when
+    its bump is given."""
+
+    spot: Annotated[Num, Field(gt=0, lt=1)] | None = Field(
+        None, description="relative spot bump per asset (e.g. 0.01): dCVA/dS_i")
+    vol: Annotated[Num, Field(gt=0, lt=1)] | None = Field(
+        None, description="absolute volatility bump per asset (e.g. 0.01): dCVA/dsigma_i")
+    rate: Annotated[Num, Field(gt=0, lt=0.1)] | None = Field(
+        None, description="absolute rate bump (e.g. 0.0001): dCVA/dr")
+    hazard: Annotated[Num, Field(gt=0, lt=1)] | None = Field(
+        None, description="parallel shift of the counterparty's hazard rates (e.g. 0.0001): dCVA/dlambda")
+
+
+_OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output", "sensitivities")
 
 
 class Config(_Section):
@@ -778,6 +793,7 @@ class Config(_Section):
     simulation: Simulation = Field(default_factory=Simulation)
     regression: Regression = Field(default_factory=Regression)
     output: Output = Field(default_factory=Output)
+    sensitivities: Sensitivities | None = Field(None, description="the bumps of the CVA's sensitivities")
 
     @classmethod
     def _prepare(cls, data):

@@ -102,6 +102,18 @@ P<sup>-</sup> = max(-P, 0).</p>
 {% endfor %}</table>
 <p class="note">A contract's allocation is (1 - R) &sum;<sub>k</sub> D(t<sub>k</sub>) q<sub>k</sub> E[q<sub>i</sub>
 V<sub>i</sub>(t<sub>k</sub>) 1{P(t<sub>k</sub>) &gt; 0}], by the same estimator: the allocations add up to the CVA.</p>
+{% if s.sensitivities %}<h2 id="sensitivities">CVA sensitivities</h2>
+<table><tr><th>derivative of the CVA</th><th>value</th><th>std. error</th></tr>
+{% for fam, sym in (("delta", "S"), ("vega", "&sigma;")) %}{% for name, v in (s.sensitivities.get(fam) or {}).items() %}
+<tr><td>dCVA / d{{ sym|safe }} ({{ name }})</td><td>{{ "%.6g"|format(v[0]) }}</td>
+<td>{{ "%.3g"|format(v[1]) }}</td></tr>
+{% endfor %}{% endfor %}
+{% for fam, sym in (("rho", "r"), ("cs01", "&lambda;")) %}{% if s.sensitivities.get(fam) %}
+<tr><td>dCVA / d{{ sym|safe }}</td><td>{{ "%.6g"|format(s.sensitivities[fam][0]) }}</td>
+<td>{{ "%.3g"|format(s.sensitivities[fam][1]) }}</td></tr>{% endif %}{% endfor %}</table>
+<p class="note">Central differences with common random numbers (the same keyed streams in the bumped runs; the
+hazard bump reweights the base run); the standard errors are those of the paired differences.</p>
+{% endif %}
 <h2 id="levels">Inner-sample bias: the {{ s.estimator }} estimator</h2>
 <p class="note">Each level's outer paths value the netting set from M inner paths and from the two halves
 of the same inner paths; its correction Y = g(P<sub>M</sub>) - (g(P<sub>a</sub>) + g(P<sub>b</sub>)) / 2 (g: the
@@ -342,7 +354,7 @@ class RunResult:
 
 
 def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest,
-           trades=None, own=None):
+           trades=None, own=None, sensitivities=None):
     """Measures from the levels' per-path values (:mod:`cva.engine.estimators`), then every file of the run directory,
     summary.json last (none where ``out_dir`` is None); the RunResult."""
 
@@ -371,6 +383,8 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
         "versions": _versions(), "config_hash": manifest["config_hash"], "config": cfg.to_dict(),
     }
     summary["trades"] = list(trades or [])
+    if sensitivities is not None:
+        summary["sensitivities"] = sensitivities
     summary["status"] = "complete"
     text = json.dumps(summary, indent=2, default=_json_default, allow_nan=False) if _finite(summary) else None
     if text is None:

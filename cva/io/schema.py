@@ -21,6 +21,7 @@ SECTIONS = [
     ("simulation", c.Simulation, "optional"),
     ("regression", c.Regression, "optional"),
     ("output", c.Output, "optional"),
+    ("sensitivities", c.Sensitivities, "optional"),
 ]
 
 

@@ -139,6 +139,13 @@ class Counterparty:
                                        f"{_pieces(curve.times, curve.rates)}")
 
 
+def shifted(counterparty: Counterparty, h: float) -> Counterparty:
+    """The counterparty with its hazard curve shifted in parallel by ``h`` (a CS01 bump)."""
+    curve = counterparty.curve
+    return Counterparty(counterparty.recovery, HazardCurve(curve.times, np.asarray(curve.rates) + h),
+                        f"{counterparty.description}, hazards shifted by {h:g}")
+
+
 def _pieces(times, rates) -> str:
     """``0.01 to 1y, 0.02 to 3y (flat beyond)``: a piecewise-constant hazard curve in words."""
     return ", ".join(f"{r:.4g} to {t:g}y" for t, r in zip(times, rates, strict=True)) + " (flat beyond)"
