@@ -28,6 +28,7 @@ from cva.io import report, rundir
 from cva.io.config import load_config
 from cva.io.report import RunResult
 from cva.market.model import BlackScholes
+from cva.xva.collateral import net_of_collateral
 from cva.xva.credit import Counterparty
 from cva.xva.measures import cva_allocations, cva_functional
 from cva.xva.sensitivities import sensitivities
@@ -114,14 +115,17 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         g = cva_functional(plan, model, counterparty, own)
         try:
             lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume)
-            sample_levels(cfg, lv, lambda cube: g(net(cube, quantities, order)), log)
+            sample_levels(cfg, lv, lambda cube: g(net_of_collateral(net(cube, quantities, order), plan, cfg.csa)),
+                          log)
         finally:
             if bar is not None:
                 bar.close()
         elapsed = time.perf_counter() - t_start
         cube = lv.levels()
-        netted = [Level(c.index, c.inner_paths, c.splits, net(c.sets, quantities, order), c.seconds) for c in cube]
-        trades = cva_allocations(cube, plan, model, counterparty, cfg.simulation.estimator, order, own)
+        netted = [Level(c.index, c.inner_paths, c.splits,
+                        net_of_collateral(net(c.sets, quantities, order), plan, cfg.csa), c.seconds) for c in cube]
+        trades = [] if cfg.csa is not None else cva_allocations(cube, plan, model, counterparty,
+                                                                   cfg.simulation.estimator, order, own)
         sens = None if cfg.sensitivities is None else sensitivities(cfg, xp, chunk, plan, model, counterparty, own,
                                                                      netted, order, log)
         result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,

@@ -99,11 +99,11 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
         raise ValueError(f"{M} inner paths cannot be split {splits} times into equal parts of >= 2 paths")
     solver = {"method": cfg.regression.method, "cond_max": cfg.regression.cond_max, "rtol": cfg.regression.rtol}
     rdt = cfg.regression_dtype()
-    G, K = len(plan.grid), len(plan.exposure_index)
+    G, K = len(plan.grid), len(plan.value_index)
     nv = 2 ** (splits + 1) - 1                                                         # the whole set and its parts
     grid0 = np.concatenate([[0.0], plan.grid])
     exposure_pos = -np.ones(G, dtype=int)
-    exposure_pos[plan.exposure_index] = np.arange(K)
+    exposure_pos[plan.value_index] = np.arange(K)
     clock = StageClock(xp, timings)
     S_out = model.sample(grid0, 1, seed=seed, purpose="outer", dtype=dtype, xp=xp, outer=(l0, Lc))[:, 0]  # (Lc, G, d)
     clock("outer_paths")

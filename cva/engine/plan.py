@@ -28,6 +28,9 @@ class Plan:
     inner_paths: int
     basis: str
     payoff_regressor: bool
+    value_index: np.ndarray = None    # (V,) grid indices valued: the exposure dates, then the CSA's margin dates
+    exposure_cols: np.ndarray = None  # (K,) each exposure date's column of the value cube
+    margin_cols: np.ndarray = None    # (K,) the column of t_k - MPR, -1 where it is not after 0; None: no CSA
 
     @property
     def dates(self) -> np.ndarray:
@@ -43,7 +46,15 @@ def build_plan(cfg) -> Plan:
     def index(t):
         return np.searchsorted(keys, grid_key(t, T))
 
-    return Plan(grid=grid, exposure_index=index(cfg.exposure_times()), contracts=contracts,
+    exposure_index = index(cfg.exposure_times())
+    value_index = np.unique(np.concatenate([exposure_index, index(cfg.margin_times())])).astype(int)
+    exposure_cols = np.searchsorted(value_index, exposure_index)
+    margin_cols = None
+    if cfg.csa is not None:
+        lag = cfg.exposure_times() - cfg.csa.margin_period_of_risk
+        margin_cols = np.where(lag > 0, np.searchsorted(value_index, index(np.where(lag > 0, lag, lag[-1]))), -1)
+    return Plan(grid=grid, exposure_index=exposure_index, value_index=value_index, exposure_cols=exposure_cols,
+                margin_cols=margin_cols, contracts=contracts,
                 exercise_index=[index(c.exercise_times()) for c in contracts],
                 closed_form=[c.is_european and (c.underlying == "asset" or cfg.d == 1) for c in contracts],
                 outer_paths=cfg.simulation.outer_paths, inner_paths=cfg.simulation.inner_paths_for(),
@@ -71,7 +82,7 @@ def run_cost(cfg, backend: str) -> dict:
     plan = build_plan(cfg)
     steps = 0
     G = len(plan.grid)
-    exposure = set(int(k) for k in plan.exposure_index)
+    exposure = set(int(k) for k in plan.value_index)
     for g in range(G):
         needs = [int(ix[-1]) for ci, ix in enumerate(plan.exercise_index) if not plan.closed_form[ci]
                  and g < int(ix[-1]) and (g in exposure or g in ix)]
@@ -121,7 +132,7 @@ def netting_order(plan) -> list[list[int]]:
     cube existed (those valued at the node first, then those valued by inner paths, each by index), so that
     :func:`net` gives those sums bit for bit."""
     order = []
-    for g in (int(i) for i in plan.exposure_index):
+    for g in (int(i) for i in plan.value_index):
         first, later = [], []
         for ci, ix in enumerate(plan.exercise_index):
             if g > int(ix[-1]):

@@ -761,6 +761,36 @@ class Output(_Section):
     pfe_quantile: Num = Field(0.975, gt=0, lt=1, description="the quantile of the PFE, in (0, 1)")
 
 
+def _period(v):
+    """``csa.margin_period_of_risk``: years (a number > 0) or calendar days as ``"10d"`` (/ 365)."""
+    if isinstance(v, str):
+        text = v.strip()
+        try:
+            days = float(text[:-1]) if text.endswith("d") else None
+        except ValueError:
+            days = None
+        if days is None or not days > 0:
+            raise _fail(f"must be years > 0 or calendar days such as \"10d\", got {_show(v)}")
+        return days / 365.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise _fail(f"must be years > 0 or calendar days such as \"10d\", got {_show(v)}")
+    return float(v)
+
+
+class CSA(_Section):
+    """``csa``: the netting set's collateral agreement, ORE's classical model: the collateral at t is set from the
+    value at t - margin_period_of_risk, C = IA + (V - H)^+ (the counterparty posts) - (-V - H)^+ (we post),
+    zero where |the call| < MTA; the exposure is (V(t) - C(t))^+ (:mod:`cva.xva.collateral`)."""
+
+    threshold: Num = Field(0.0, ge=0, description="H, below which no collateral is called (both parties)")
+    minimum_transfer_amount: Num = Field(0.0, ge=0, description="MTA: smaller calls are not made")
+    independent_amount: Num = Field(0.0, description="IA held from the counterparty (negative: posted by us)")
+    margin_period_of_risk: Annotated[float, BeforeValidator(_period)] = Field(
+        description="years between the last margin call and the close-out, e.g. 0.04 or \"10d\"")
+    posting: Literal["bilateral", "counterparty", "us"] = Field(
+        "bilateral", description="who posts variation margin: both, the counterparty only, or we only")
+
+
 class Sensitivities(_Section):
     """``sensitivities``: the CVA's derivatives by central differences with common random numbers (the bumped
     runs use the same keyed streams and, for mlmc, the same outer paths per level); a family is computed when
@@ -776,7 +806,7 @@ class Sensitivities(_Section):
         None, description="parallel shift of the counterparty's hazard rates (e.g. 0.0001): dCVA/dlambda")
 
 
-_OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output", "sensitivities")
+_OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output", "sensitivities", "csa")
 
 
 class Config(_Section):
@@ -794,6 +824,7 @@ class Config(_Section):
     regression: Regression = Field(default_factory=Regression)
     output: Output = Field(default_factory=Output)
     sensitivities: Sensitivities | None = Field(None, description="the bumps of the CVA's sensitivities")
+    csa: CSA | None = Field(None, description="the collateral agreement of the netting set")
 
     @classmethod
     def _prepare(cls, data):
@@ -859,6 +890,10 @@ class Config(_Section):
                                  f"the horizon T = {_show(T)}: the exercise dates must lie at least about "
                                  f"1e-{GRID_DIGITS} T apart and after t = 0 to be distinct dates of the simulation "
                                  "grid; use a longer maturity or fewer exercise_dates"))
+        if self.csa is not None and self.csa.margin_period_of_risk >= T:
+            problems.append((("csa", "margin_period_of_risk"),
+                             f"{self.csa.margin_period_of_risk:.6g} years is not shorter than the horizon "
+                             f"T = {_show(T)}"))
         if not problems and grid.size > limit:
             problems.append((("simulation", "dates"), f"with the exercise dates of the portfolio the simulation grid "
                                                       f"has {grid.size} dates, more than {limit}: {why}; use fewer "
@@ -920,8 +955,15 @@ class Config(_Section):
         :func:`grid_key` (t / T rounded), and T (the last exposure date)."""
         exposure = self.exposure_times()
         T = float(exposure[-1])
-        times = np.concatenate([exposure] + [c.exercise_times() for c in self.portfolio])
+        times = np.concatenate([exposure, self.margin_times()] + [c.exercise_times() for c in self.portfolio])
         return np.unique(grid_key(times, T)), T
+
+    def margin_times(self) -> np.ndarray:
+        """The dates t_k - margin_period_of_risk after 0 whose values set the collateral (none without a CSA)."""
+        if self.csa is None:
+            return np.empty(0)
+        lag = self.exposure_times() - self.csa.margin_period_of_risk
+        return lag[lag > 0]
 
     def require_counterparty(self) -> Counterparty:
         """The counterparty section; raises :class:`ConfigError` when it is missing (``cva run``)."""

@@ -383,6 +383,7 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
         "versions": _versions(), "config_hash": manifest["config_hash"], "config": cfg.to_dict(),
     }
     summary["trades"] = list(trades or [])
+    summary["csa"] = None if cfg.csa is None else cfg.csa.model_dump()
     if sensitivities is not None:
         summary["sensitivities"] = sensitivities
     summary["status"] = "complete"

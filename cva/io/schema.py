@@ -22,6 +22,7 @@ SECTIONS = [
     ("regression", c.Regression, "optional"),
     ("output", c.Output, "optional"),
     ("sensitivities", c.Sensitivities, "optional"),
+    ("csa", c.CSA, "optional: the netting set's collateral agreement"),
 ]
 
 

@@ -150,10 +150,11 @@ def cva_allocations(levels, plan, model, counterparty, estimator, order, own=Non
             counterparty.curve.default_probabilities(plan.dates)
     else:
         w = bilateral_weights(plan.dates, model.rate, counterparty, own)[0]
-    positive = [net(lv.sets, quantities, order) > 0 for lv in levels]            # 1{P > 0}, once per level
+    cols = plan.exposure_cols
+    positive = [net(lv.sets, quantities, order)[..., cols] > 0 for lv in levels]   # 1{P > 0}, once per level
     out = []
     for i, c in enumerate(plan.contracts):
-        parts = [Level(lv.index, lv.inner_paths, lv.splits, c.quantity * lv.sets[..., i, :] * pos, lv.seconds)
+        parts = [Level(lv.index, lv.inner_paths, lv.splits, c.quantity * lv.sets[..., i, cols] * pos, lv.seconds)
                  for lv, pos in zip(levels, positive, strict=True)]
         est = combine(parts, lambda X: X @ w, estimator)
         out.append({"contract": c.name, "quantity": c.quantity, "cva_allocation": float(est["estimate"]),

@@ -12,6 +12,7 @@ from cva.engine.nested import DateStats, Levels
 from cva.engine.plan import build_plan, net
 from cva.io.config import load_config
 from cva.market.model import BlackScholes
+from cva.xva.collateral import net_of_collateral
 from cva.xva.credit import Counterparty, shifted
 from cva.xva.measures import cva_functional
 
@@ -42,7 +43,8 @@ def sensitivities(cfg, xp, chunk, plan, model, counterparty, own, netted, order,
         cp = Counterparty.from_config(c.require_counterparty(), m.rate)
         me = None if c.own_credit is None else Counterparty.from_config(c.own_credit, m.rate)
         return cva_functional(plan, m, cp, me), [
-            Level(x.index, x.inner_paths, x.splits, net(x.sets, quantities, order), x.seconds) for x in lv.levels()]
+            Level(x.index, x.inner_paths, x.splits, net_of_collateral(net(x.sets, quantities, order), plan, c.csa),
+                  x.seconds) for x in lv.levels()]
 
     def difference(up, down, width):
         (g_up, l_up), (g_down, l_down) = up, down

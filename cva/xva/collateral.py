@@ -1,0 +1,30 @@
+"""Collateral of a netting set under a CSA, ORE's classical model: the collateral held at t is set by the
+margin call at t - MPR (the margin period of risk), C(t) = IA + (V(t - MPR) - H)^+ - (-V(t - MPR) - H)^+ (only the
+first term where the counterparty alone posts, only the second where we alone post), no call smaller than the
+minimum transfer amount, and only the independent amount where t - MPR is not after 0. The exposure is then
+(V(t) - C(t))^+, the negative exposure (V(t) - C(t))^-."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def collateral(V_lag, csa):
+    """C from the values at the margin dates (any shape)."""
+    call = np.zeros_like(V_lag)
+    if csa.posting != "us":
+        call = call + np.maximum(V_lag - csa.threshold, 0.0)
+    if csa.posting != "counterparty":
+        call = call - np.maximum(-V_lag - csa.threshold, 0.0)
+    return np.where(np.abs(call) < csa.minimum_transfer_amount, 0.0, call) + csa.independent_amount
+
+
+def net_of_collateral(P, plan, csa):
+    """The values (..., K) at the exposure dates net of the collateral, from the netted values (..., V) of the value
+    cube's columns (:attr:`cva.engine.plan.Plan.value_index`); without a CSA the exposure dates' values as they are."""
+    values = P[..., plan.exposure_cols]
+    if csa is None:
+        return values
+    lag = plan.margin_cols
+    C = collateral(P[..., np.where(lag >= 0, lag, 0)], csa)
+    return values - np.where(lag >= 0, C, csa.independent_amount)
