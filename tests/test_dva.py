@@ -73,3 +73,15 @@ def test_own_credit_that_cannot_default_is_the_unilateral_cva(tmp_path):
     assert "dva" not in a.summary and a.summary["own_credit"] is None
     html = (tmp_path / "o" / "report.html").read_text()
     assert "DVA = <b>" in html and "first to default" in html
+
+
+def test_dva_allocations_add_up_to_the_dva(tmp_path):
+    port = [{**CALL, "quantity": -1.0}, {**CALL, "strike": 90.0, "quantity": 0.5},
+            {**CALL, "strike": 110.0, "quantity": -0.7}]
+    cfg = _config(tmp_path, 1.0, own=0.05)
+    cfg["portfolio"] = port
+    res = cva.run(cfg, progress=False)
+    trades = res.summary["trades"]
+    assert sum(t["dva_allocation"] for t in trades) == pytest.approx(res.summary["dva"], rel=1e-10)
+    assert sum(t["cva_allocation"] for t in trades) == pytest.approx(res.cva, rel=1e-10)
+    assert trades[0]["dva_allocation"] > 0 > trades[1]["dva_allocation"]        # the long call offsets the DVA

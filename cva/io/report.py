@@ -37,7 +37,8 @@ def plot_titles(pfe_quantile: float = measures.PFE_LEVEL) -> dict:
 
 PLOTS = plot_titles()
 
-TRADE_COLUMNS = ["contract", "quantity", "cva_allocation", "cva_allocation_stderr"]
+TRADE_COLUMNS = ["contract", "quantity", "cva_allocation", "cva_allocation_stderr", "dva_allocation",
+                 "dva_allocation_stderr"]
 OUTPUTS = ("summary.json", "exposures.csv", "solver_stats.csv", "trades.csv", "report.html") + tuple(PLOTS)
 
 #: The column headers of the report's tables (the CSV files keep the keys).

@@ -142,21 +142,29 @@ def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile
 
 def cva_allocations(levels, plan, model, counterparty, estimator, order, own=None) -> list[dict]:
     """Per contract, its Euler contribution to the netting set's CVA from the value cube's levels (sets,
-    paths, contracts, dates): (1 - R) sum_k D(t_k) q_k E[q_i V_i(t_k) 1{P(t_k) > 0}], by the same estimator.
-    They sum to the CVA (P^+ = sum_i q_i V_i 1{P > 0} path by path), up to rounding."""
+    paths, contracts, dates): (1 - R) sum_k D(t_k) q_k E[q_i V_i(t_k) 1{P(t_k) > 0}], by the same estimator; with
+    our own credit also to the DVA, on -q_i V_i 1{P < 0} with the DVA's weights. They sum to the CVA (DVA), as
+    P^+ = sum_i q_i V_i 1{P > 0} path by path, up to rounding."""
     quantities = [c.quantity for c in plan.contracts]
+    w_dva = None
     if own is None:
         w = (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
             counterparty.curve.default_probabilities(plan.dates)
     else:
-        w = bilateral_weights(plan.dates, model.rate, counterparty, own)[0]
+        w, w_dva = bilateral_weights(plan.dates, model.rate, counterparty, own)
     cols = plan.exposure_cols
-    positive = [net(lv.sets, quantities, order)[..., cols] > 0 for lv in levels]   # 1{P > 0}, once per level
+    netted = [net(lv.sets, quantities, order)[..., cols] for lv in levels]         # once per level
     out = []
     for i, c in enumerate(plan.contracts):
-        parts = [Level(lv.index, lv.inner_paths, lv.splits, c.quantity * lv.sets[..., i, cols] * pos, lv.seconds)
-                 for lv, pos in zip(levels, positive, strict=True)]
-        est = combine(parts, lambda X: X @ w, estimator)
-        out.append({"contract": c.name, "quantity": c.quantity, "cva_allocation": float(est["estimate"]),
-                    "cva_allocation_stderr": float(est["stderr"])})
+        row = {"contract": c.name, "quantity": c.quantity}
+        for name, side, weights in (("cva", 1.0, w), ("dva", -1.0, w_dva)):
+            if weights is None:
+                continue
+            parts = [Level(lv.index, lv.inner_paths, lv.splits,
+                           side * c.quantity * lv.sets[..., i, cols] * (side * P > 0), lv.seconds)
+                     for lv, P in zip(levels, netted, strict=True)]
+            est = combine(parts, lambda X, weights=weights: X @ weights, estimator)
+            row.update({f"{name}_allocation": float(est["estimate"]),
+                        f"{name}_allocation_stderr": float(est["stderr"])})
+        out.append(row)
     return out
