@@ -326,10 +326,10 @@ def test_gpu_merge_rounds_run_each_merge_after_its_children(n):
     """The rounds of cuda/tridiag_eigh.cuh (_gpu._merge_rounds): every merge once, after both
     children, the merges of a round disjoint, each index tagged with its merge, and no round later
     than needed (a merge's round is one after its later child's)."""
+    from linalg_gpu.small._common import division_tree
     from linalg_gpu.small._gpu import _merge_rounds
-    from linalg_gpu.small.tridiag_eigh import _division_tree
 
-    leaves, levels = _division_tree(n)
+    leaves, levels = division_tree(n)
     merges = [(s, n1, n2) for n1, n2, starts in levels for s in starts]
     rounds = _merge_rounds(n, leaves, merges)
     when = {(s, size): -1 for s, size in leaves}

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import math
 import os
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 
 import numpy as np
 
 from .._backend import as_array, check_dtype, common_dtype, get_array_module, to_host
 
 __all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch", "check_symmetric_input",
-           "require_memory",
+           "require_memory", "division_tree",
            "check_tridiagonal", "screening_flags", "raise_for_flags", "flatten_batch", "map_chunks", "chunk_size",
            "default_rtol", "real_number", "first_index", "require_numpy", "common_dtype", "SYMMETRY_RTOL"]
 
@@ -280,3 +282,26 @@ def real_number(value, name):
 def default_rtol(n, dtype):
     """Residual threshold of the robust strategy: 8 * n * eps of the dtype."""
     return 8.0 * n * float(np.finfo(dtype).eps)
+
+
+@lru_cache(maxsize=None)
+def division_tree(n):
+    """The divide and conquer of the tridiagonal eigensolver (Abbas-Turki-Graillat, Fig. 13): leaves (start, size
+    in {1, 2}) and merges grouped by level (deepest first); shared by the numpy path and the CUDA launcher."""
+    leaves, merges = [], []
+
+    def split(start, size, depth):
+        if size <= 2:
+            leaves.append((start, size))
+            return
+        m = size // 2
+        split(start, m, depth + 1)
+        split(start + m, size - m, depth + 1)
+        merges.append((depth, start, m, size - m))
+
+    split(0, n, 0)
+    groups = defaultdict(list)
+    for depth, start, n1, n2 in merges:
+        groups[(depth, n1, n2)].append(start)
+    levels = sorted(groups.items(), key=lambda kv: -kv[0][0])
+    return tuple(leaves), tuple((n1, n2, tuple(starts)) for (_, n1, n2), starts in levels)

@@ -19,6 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from .._kernels import get_function
+from ._common import division_tree
 
 MAX_N = 64          # largest n the kernels are instantiated for (shared memory per system)
 THREADS = 128       # threads per block: the eigen kernels for n <= 32 (whole warps of systems; n > 32: up
@@ -137,9 +138,7 @@ def _launch(fn, B, n, per_system_bytes, args_fn, max_threads=256, lockstep=False
 def _tree_device(n, device_id):
     import cupy as cp
 
-    from .tridiag_eigh import _division_tree
-
-    leaves, levels = _division_tree(n)
+    leaves, levels = division_tree(n)
     flat = [len(leaves)] + [v for leaf in leaves for v in leaf]
     merges = [(s, n1, n2) for n1, n2, starts in levels for s in starts]
     flat += [len(merges)] + [v for m in merges for v in m]

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _common as C
 
-__all__ = ["ldlt_factor", "ldlt_solve"]
+__all__ = ["ldlt_factor"]
 
 
 def _ldlt_factor_bl(A):
@@ -94,16 +94,3 @@ def ldlt_factor(A, *, check_finite=True, assume_symmetric=False):
     A, batch, n = C.check_symmetric_input(A, "ldlt_factor", check_finite, assume_symmetric)
     L, D, ok = C.map_chunks(_ldlt_factor_bl, (C.flatten_batch(A, 2),), n, nbytes=2**23)
     return L.reshape(A.shape), D.reshape(batch + (n,)), ok.reshape(batch)
-
-
-def ldlt_solve(A, b, *, check_finite=True, assume_symmetric=False, return_report=False):
-    """Solve A x = b for a batch of symmetric positive definite A by LDL^T (eq. 5).
-
-    The same as ``solve_small(A, b, method="ldlt", ...)``: a breakdown raises
-    ``numpy.linalg.LinAlgError`` naming the systems, unless ``return_report=True``, in which case
-    those systems get NaN solutions and ``report.ok`` False. Use ``method="auto"`` to repair them.
-    """
-    from .robust import solve_small
-
-    return solve_small(A, b, method="ldlt", check_finite=check_finite,
-                       assume_symmetric=assume_symmetric, return_report=return_report)

@@ -26,7 +26,7 @@ from .ldlt import _ldlt_solve_bl
 from .pcr import _pcr_bl
 from .tridiag_eigh import _tridiag_eigh_bl
 
-__all__ = ["solve_small", "SolverReport", "SolverMemory", "METHODS"]
+__all__ = ["solve_small", "ldlt_solve", "SolverReport", "SolverMemory", "METHODS"]
 
 METHODS = ("auto", "ldlt", "householder_pcr", "eig_truncate")
 STAGES = ("ldlt", "householder_pcr", "eig_truncate")
@@ -460,3 +460,14 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
             f"batch index {C.first_index(bad, batch)}. Use {fix}return_report=True to get them flagged instead"
         )
     return x
+
+
+def ldlt_solve(A, b, *, check_finite=True, assume_symmetric=False, return_report=False):
+    """Solve A x = b for a batch of symmetric positive definite A by LDL^T (eq. 5).
+
+    The same as ``solve_small(A, b, method="ldlt", ...)``: a breakdown raises
+    ``numpy.linalg.LinAlgError`` naming the systems, unless ``return_report=True``, in which case
+    those systems get NaN solutions and ``report.ok`` False. Use ``method="auto"`` to repair them.
+    """
+    return solve_small(A, b, method="ldlt", check_finite=check_finite,
+                       assume_symmetric=assume_symmetric, return_report=return_report)

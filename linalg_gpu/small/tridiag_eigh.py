@@ -28,9 +28,6 @@ The whole matrix is scaled to max |entry| = 1 first, so huge and tiny scales are
 
 from __future__ import annotations
 
-from collections import defaultdict
-from functools import lru_cache
-
 import numpy as np
 
 from .._backend import get_array_module
@@ -39,28 +36,6 @@ from . import _common as C
 __all__ = ["tridiag_eigh", "eigh_small"]
 
 _MAX_SECULAR_ITER = 64
-
-
-@lru_cache(maxsize=None)
-def _division_tree(n):
-    """Leaves (start, size in {1, 2}) and merges grouped by level (deepest first), Fig. 13."""
-    leaves, merges = [], []
-
-    def split(start, size, depth):
-        if size <= 2:
-            leaves.append((start, size))
-            return
-        m = size // 2
-        split(start, m, depth + 1)
-        split(start + m, size - m, depth + 1)
-        merges.append((depth, start, m, size - m))
-
-    split(0, n, 0)
-    groups = defaultdict(list)
-    for depth, start, n1, n2 in merges:
-        groups[(depth, n1, n2)].append(start)
-    levels = sorted(groups.items(), key=lambda kv: -kv[0][0])
-    return tuple(leaves), tuple((n1, n2, tuple(starts)) for (_, n1, n2), starts in levels)
 
 
 def _eig2_bl(a, b, c):
@@ -265,7 +240,7 @@ def _tridiag_eigh_bl(d, e):
         scale = np.maximum(scale, np.abs(e).max(0))
     scale = np.where(scale > 0, scale, 1).astype(dt)                   # (c,)
     d, e = d / scale, e / scale
-    leaves, levels = _division_tree(n)
+    leaves, levels = C.division_tree(n)
     dt_ = d.copy()                                                     # torn diagonal (eq. 15)
     for n1, _, starts in levels:
         for s in starts:
