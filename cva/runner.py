@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from cva.backend import resolve_backend
-from cva.engine.estimators import Level
 from cva.engine.nested import STAGES, DateStats, Levels, sample_levels
 from cva.engine.plan import (
     COST_LIMIT_SECONDS,
@@ -113,21 +112,23 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         quantities, order = [c.quantity for c in plan.contracts], netting_order(plan)
         own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
         g = cva_functional(plan, model, counterparty, own)
+
+
+        def values(cube):                                                   # the cube's sets -> netted values
+            return net_of_collateral(net(cube, quantities, order), plan, cfg.csa)
+
         try:
             lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume)
-            sample_levels(cfg, lv, lambda cube: g(net_of_collateral(net(cube, quantities, order), plan, cfg.csa)),
-                          log)
+            sample_levels(cfg, lv, g, log, values)
         finally:
             if bar is not None:
                 bar.close()
         elapsed = time.perf_counter() - t_start
-        cube = lv.levels()
-        netted = [Level(c.index, c.inner_paths, c.splits,
-                        net_of_collateral(net(c.sets, quantities, order), plan, cfg.csa), c.seconds) for c in cube]
-        trades = [] if cfg.csa is not None else cva_allocations(cube, plan, model, counterparty,
-                                                                   cfg.simulation.estimator, order, own)
+        netted = lv.levels(values)
+        trades = [] if cfg.csa is not None else cva_allocations(lv.levels(), netted, plan, model, counterparty,
+                                                                   cfg.simulation.estimator, own)
         sens = None if cfg.sensitivities is None else sensitivities(cfg, xp, chunk, plan, model, counterparty, own,
-                                                                     netted, order, log)
+                                                                     netted, values, log)
         result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
                                device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
                                own=own, sensitivities=sens)

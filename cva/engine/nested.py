@@ -271,16 +271,21 @@ class Levels:
         elif line:
             self.log(line)
 
-    def levels(self) -> list[Level]:
-        return [Level(li, m, splits, np.concatenate(self.parts[li], axis=1), self.seconds[li])
-                for li, (m, splits) in enumerate(self.specs)]
+    def levels(self, values=None) -> list[Level]:
+        """The levels so far; with ``values``, each level's sets mapped by it (the value cube to the netted values)."""
+        out = []
+        for li, (m, splits) in enumerate(self.specs):
+            sets = np.concatenate(self.parts[li], axis=1)
+            out.append(Level(li, m, splits, sets if values is None else values(sets), self.seconds[li]))
+        return out
 
 
-def sample_levels(cfg, lv, g, log):
+def sample_levels(cfg, lv, g, log, values=None):
     """Grow the levels to the estimator's plan: ``outer_paths`` on the one level of ``plain`` and
     ``extrapolated``; for ``mlmc`` the fixed ``level_paths``, else the MLMC allocation (Giles 2008) for the
     target variance, iterated on the measured variances from ``pilot_paths`` per level on; with
-    ``target_rmse``, levels are added while the remaining bias exceeds target / sqrt(2)."""
+    ``target_rmse``, levels are added while the remaining bias exceeds target / sqrt(2). ``g`` is taken of the
+    levels' sets mapped by ``values`` (:meth:`Levels.levels`)."""
     sim = cfg.simulation
     if sim.estimator != "mlmc":
         lv.ensure(0, sim.outer_paths)
@@ -293,7 +298,7 @@ def sample_levels(cfg, lv, g, log):
     for li in range(len(lv.specs)):
         lv.ensure(li, pilot)
     for _ in range(MLMC_ITERATIONS):
-        levels = lv.levels()
+        levels = lv.levels(values)
         rows = level_table(levels, g, "mlmc")
         res = combine(levels, g, "mlmc")
         if not all(np.isfinite([r["variance"] for r in rows] + [res["estimate"]])):

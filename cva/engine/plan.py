@@ -28,9 +28,9 @@ class Plan:
     inner_paths: int
     basis: str
     payoff_regressor: bool
-    value_index: np.ndarray = None    # (V,) grid indices valued: the exposure dates, then the CSA's margin dates
-    exposure_cols: np.ndarray = None  # (K,) each exposure date's column of the value cube
-    margin_cols: np.ndarray = None    # (K,) the column of t_k - MPR, -1 where it is not after 0; None: no CSA
+    value_index: np.ndarray           # (V,) grid indices valued: the exposure dates and the CSA's margin dates
+    exposure_cols: np.ndarray         # (K,) each exposure date's column of the value cube
+    margin_cols: np.ndarray | None    # (K,) the column of t_k - MPR, -1 where it is not after 0; None: no CSA
 
     @property
     def dates(self) -> np.ndarray:

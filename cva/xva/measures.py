@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from cva.engine.estimators import Level, combine, level_table
-from cva.engine.plan import net
 
 Z95 = 1.959963984540054
 PFE_LEVEL = 0.975             # the default of output.pfe_quantile
@@ -140,12 +139,12 @@ def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile
     return prof, summary, g(fine)
 
 
-def cva_allocations(levels, plan, model, counterparty, estimator, order, own=None) -> list[dict]:
+def cva_allocations(levels, netted, plan, model, counterparty, estimator, own=None) -> list[dict]:
     """Per contract, its Euler contribution to the netting set's CVA from the value cube's levels (sets,
-    paths, contracts, dates): (1 - R) sum_k D(t_k) q_k E[q_i V_i(t_k) 1{P(t_k) > 0}], by the same estimator; with
+    paths, contracts, dates) and their ``netted`` values P (sets, paths, dates), without collateral:
+    (1 - R) sum_k D(t_k) q_k E[q_i V_i(t_k) 1{P(t_k) > 0}], by the same estimator; with
     our own credit also to the DVA, on -q_i V_i 1{P < 0} with the DVA's weights. They sum to the CVA (DVA), as
     P^+ = sum_i q_i V_i 1{P > 0} path by path, up to rounding."""
-    quantities = [c.quantity for c in plan.contracts]
     w_dva = None
     if own is None:
         w = (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
@@ -153,7 +152,6 @@ def cva_allocations(levels, plan, model, counterparty, estimator, order, own=Non
     else:
         w, w_dva = bilateral_weights(plan.dates, model.rate, counterparty, own)
     cols = plan.exposure_cols
-    netted = [net(lv.sets, quantities, order)[..., cols] for lv in levels]         # once per level
     out = []
     for i, c in enumerate(plan.contracts):
         row = {"contract": c.name, "quantity": c.quantity}
@@ -162,7 +160,7 @@ def cva_allocations(levels, plan, model, counterparty, estimator, order, own=Non
                 continue
             parts = [Level(lv.index, lv.inner_paths, lv.splits,
                            side * c.quantity * lv.sets[..., i, cols] * (side * P > 0), lv.seconds)
-                     for lv, P in zip(levels, netted, strict=True)]
+                     for lv, P in zip(levels, (n.sets for n in netted), strict=True)]
             est = combine(parts, lambda X, weights=weights: X @ weights, estimator)
             row.update({f"{name}_allocation": float(est["estimate"]),
                         f"{name}_allocation_stderr": float(est["stderr"])})

@@ -9,21 +9,20 @@ import numpy as np
 
 from cva.engine.estimators import Level, combine
 from cva.engine.nested import DateStats, Levels
-from cva.engine.plan import build_plan, net
+from cva.engine.plan import build_plan
 from cva.io.config import load_config
 from cva.market.model import BlackScholes
-from cva.xva.collateral import net_of_collateral
 from cva.xva.credit import Counterparty, shifted
 from cva.xva.measures import cva_functional
 
 
-def sensitivities(cfg, xp, chunk, plan, model, counterparty, own, netted, order, log=lambda msg: None) -> dict:
+def sensitivities(cfg, xp, chunk, plan, model, counterparty, own, netted, values, log=lambda msg: None) -> dict:
     """``{"delta": {asset: [value, stderr]}, "vega": {...}, "rho": [value, stderr], "cs01": [value, stderr]}``,
     the derivatives of the CVA per unit of spot, volatility, rate and hazard (the families ``cfg.sensitivities``
-    gives a bump for); ``netted`` are the base run's netted levels."""
+    gives a bump for); ``netted`` are the base run's netted levels, ``values`` maps a level's value cube to its
+    netted values (:meth:`cva.engine.nested.Levels.levels`)."""
     bumps, estimator = cfg.sensitivities, cfg.simulation.estimator
     sizes = [lv.paths for lv in netted]
-    quantities = [c.quantity for c in plan.contracts]
     base = cfg.to_dict()
 
     def engine(change):
@@ -42,9 +41,7 @@ def sensitivities(cfg, xp, chunk, plan, model, counterparty, own, netted, order,
             lv.ensure(li, n)
         cp = Counterparty.from_config(c.require_counterparty(), m.rate)
         me = None if c.own_credit is None else Counterparty.from_config(c.own_credit, m.rate)
-        return cva_functional(plan, m, cp, me), [
-            Level(x.index, x.inner_paths, x.splits, net_of_collateral(net(x.sets, quantities, order), plan, c.csa),
-                  x.seconds) for x in lv.levels()]
+        return cva_functional(plan, m, cp, me), lv.levels(values)
 
     def difference(up, down, width):
         (g_up, l_up), (g_down, l_down) = up, down
