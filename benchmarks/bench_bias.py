@@ -13,7 +13,9 @@ exercise rule on 2^19 outer paths of numpy's generator). For each estimator and 
 run gives the per-path variance v and, path by path against the reference on the engine's own outer
 paths, the bias b; where |b| < 0.9 target the outer count N = v / (target^2 - b^2) reaches the target
 RMSE and the run at N is timed (engine seconds: summary.json's elapsed, without the report) and its
-error recorded. ``mlmc`` runs with ``target_rmse`` (its own allocation and levels).
+error recorded. ``mlmc`` runs with ``target_rmse`` (its own allocation and levels). The runs use antithetic
+outer paths (the default; the variance is per outer path, twice the pair means'), and the extrapolated
+estimator is also timed without them (``--extrapolated-independent``), for comparison.
 """
 
 from __future__ import annotations
@@ -35,16 +37,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from bermudan_reference import cva_contributions, reference_cva  # noqa: E402
 
 import cva  # noqa: E402
+from cva.engine.estimators import samples  # noqa: E402
 
 
-def config(estimator, inner, outer, backend, dtype, seed=1, **sim):
+def config(estimator, inner, outer, backend, dtype, seed=1, outer_antithetic=True, **sim):
     return {"run": {"name": "bench_bias", "seed": seed, "backend": backend, "dtype": dtype},
             "market": {"spot": 100.0, "vol": 0.2, "rate": 0.05},
             "portfolio": [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 100.0,
                            "maturity": 1.0, "exercise_dates": 10}],
             "counterparty": {"recovery": 0.4, "hazard_rate": 0.02},
             "simulation": {"dates": 10, "outer_paths": outer, "inner_paths": inner, "basis": "laguerre",
-                           "estimator": estimator, **sim}}
+                           "estimator": estimator, "outer_antithetic": outer_antithetic, **sim}}
 
 
 def run(cfg):
@@ -61,6 +64,14 @@ def per_path(cfg, res):
     return g[0] if cfg["simulation"]["estimator"] == "plain" else 2 * g[0] - 0.5 * (g[1] + g[2])
 
 
+def variance_and_bias(x, refp, paired):
+    """The per-outer-path variance of x (with antithetic pairs: twice the pair means' variance) and the mean
+    and standard error of x - refp, path by path against the reference on the same outer paths."""
+    r = 2 if paired else 1
+    d = samples(x - refp, paired)
+    return r * float(samples(x, paired).var(ddof=1)), float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size))
+
+
 def exact_cva(cfg, batches=4, paths=2**17):
     vals = [reference_cva(cfg, paths="numpy", outer_paths=paths, seed=100 + i) for i in range(batches)]
     return float(np.mean([v.cva for v in vals])), float(np.sqrt(np.sum([v.stderr ** 2 for v in vals])) / batches)
@@ -73,7 +84,9 @@ def main(argv=None):
     ap.add_argument("--target", type=float, default=0.0025, help="relative RMSE (default 0.0025)")
     ap.add_argument("--pilot", type=int, default=32768)
     ap.add_argument("--plain", type=int, nargs="*", default=[1024, 4096, 8192])
-    ap.add_argument("--extrapolated", type=int, nargs="+", default=[1024, 2048])
+    ap.add_argument("--extrapolated", type=int, nargs="+", default=[512, 1024, 2048])
+    ap.add_argument("--extrapolated-independent", type=int, nargs="*", default=[1024],
+                    help="inner paths of extrapolated runs without antithetic outer paths (the comparison)")
     ap.add_argument("--mlmc", type=int, nargs="*", default=[256, 1024], help="starting inner_paths of mlmc runs")
     ap.add_argument("--mlmc-max-inner", type=int, default=4096)
     ap.add_argument("--json", type=Path, default=None)
@@ -88,36 +101,35 @@ def main(argv=None):
               "case": "long ATM Bermudan put, 10 exercise dates, laguerre", "exact_cva": ref, "exact_stderr": ref_se,
               "target_relative_rmse": args.target, "rows": []}
     run(config("extrapolated", 64, 1024, args.backend, args.dtype))                   # compile outside the timing
-    print(f"{'estimator':12} {'M':>5} {'pilot bias %':>14} {'N':>8} {'engine s':>9} {'error %':>8} "
+    print(f"{'estimator':12} {'M':>5} {'pairs':>5} {'pilot bias %':>14} {'N':>8} {'engine s':>9} {'error %':>8} "
           f"{'pred. rmse %':>12}")
-    for estimator, inners in (("extrapolated", args.extrapolated), ("plain", args.plain)):
-        for M in inners:
-            cfg = config(estimator, M, args.pilot, args.backend, args.dtype)
-            res, _ = run(cfg)
-            x = per_path(cfg, res)
-            refp = reference_cva(cfg, paths="engine", outer_paths=args.pilot).contributions
-            d = x - refp
-            b, b_se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(d.size))
-            v = float(x.var(ddof=1))
-            row = {"estimator": estimator, "inner_paths": M, "pilot_outer": args.pilot,
-                   "pilot_engine_seconds": res.summary["elapsed_seconds"], "pilot_bias": b, "pilot_bias_stderr": b_se,
-                   "pilot_bias_estimate": res.summary["bias_estimate"], "per_path_variance": v,
-                   "device": res.summary["device"]}
-            if abs(b) < 0.9 * target:
-                N = int(math.ceil(v / (target ** 2 - b ** 2) / 1024) * 1024)
-                res_n, total = run(config(estimator, M, N, args.backend, args.dtype, seed=2))
-                err = res_n.cva - ref
-                row.update({"outer_paths": N, "engine_seconds": res_n.summary["elapsed_seconds"], "seconds": total,
-                            "cva": res_n.cva, "stderr": res_n.stderr, "error": err, "ci": list(res_n.ci),
-                            "predicted_rmse": math.sqrt(b ** 2 + v / N), "reached": True})
-            else:
-                why = f"bias {b:.3g} +- {b_se:.2g} is not below 0.9 of the target {target:.3g}"
-                row.update({"reached": False, "why": why})
-            result["rows"].append(row)
-            tail = (f"{row['outer_paths']:8d} {row['engine_seconds']:9.3f} {100 * row['error'] / ref:+8.3f} "
-                    f"{100 * row['predicted_rmse'] / ref:12.3f}" if row["reached"] else "   not reachable")
-            print(f"{estimator:12} {M:5d} {100 * b / ref:+8.3f} +- {100 * b_se / ref:.3f} {tail}", flush=True)
-            write_results(args.json, result)                                   # kept if a later row times out
+    cases = [("extrapolated", M, True) for M in args.extrapolated] + \
+        [("extrapolated", M, False) for M in args.extrapolated_independent] + [("plain", M, True) for M in args.plain]
+    for estimator, M, anti in cases:
+        cfg = config(estimator, M, args.pilot, args.backend, args.dtype, outer_antithetic=anti)
+        res, _ = run(cfg)
+        refp = reference_cva(cfg, paths="engine", outer_paths=args.pilot).contributions
+        v, b, b_se = variance_and_bias(per_path(cfg, res), refp, anti)
+        row = {"estimator": estimator, "inner_paths": M, "outer_antithetic": anti, "pilot_outer": args.pilot,
+               "pilot_engine_seconds": res.summary["elapsed_seconds"], "pilot_bias": b, "pilot_bias_stderr": b_se,
+               "pilot_bias_estimate": res.summary["bias_estimate"], "per_path_variance": v,
+               "device": res.summary["device"]}
+        if abs(b) < 0.9 * target:
+            N = int(math.ceil(v / (target ** 2 - b ** 2) / 1024) * 1024)
+            res_n, total = run(config(estimator, M, N, args.backend, args.dtype, seed=2, outer_antithetic=anti))
+            err = res_n.cva - ref
+            row.update({"outer_paths": N, "engine_seconds": res_n.summary["elapsed_seconds"], "seconds": total,
+                        "cva": res_n.cva, "stderr": res_n.stderr, "error": err, "ci": list(res_n.ci),
+                        "predicted_rmse": math.sqrt(b ** 2 + v / N), "reached": True})
+        else:
+            why = f"bias {b:.3g} +- {b_se:.2g} is not below 0.9 of the target {target:.3g}"
+            row.update({"reached": False, "why": why})
+        result["rows"].append(row)
+        tail = (f"{row['outer_paths']:8d} {row['engine_seconds']:9.3f} {100 * row['error'] / ref:+8.3f} "
+                f"{100 * row['predicted_rmse'] / ref:12.3f}" if row["reached"] else "   not reachable")
+        print(f"{estimator:12} {M:5d} {str(anti):>5} {100 * b / ref:+8.3f} +- {100 * b_se / ref:.3f} {tail}",
+              flush=True)
+        write_results(args.json, result)                                   # kept if a later row times out
     for M in args.mlmc:
         cfg = config("mlmc", M, 4096, args.backend, args.dtype, seed=2, target_rmse=f"{100 * args.target}%",
                      max_inner_paths=args.mlmc_max_inner)

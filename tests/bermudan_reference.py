@@ -22,6 +22,7 @@ from scipy.interpolate import CubicSpline
 from scipy.optimize import brentq
 from scipy.special import ndtr
 
+from cva.engine.estimators import samples
 from cva.engine.plan import build_plan
 from cva.io.config import load_config
 from cva.market.model import BlackScholes
@@ -203,7 +204,8 @@ def engine_outer_paths(config, outer_paths=None, first=0) -> np.ndarray:
     cfg, plan, model = _setup(config)
     L = plan.outer_paths if outer_paths is None else int(outer_paths)
     grid0 = np.concatenate([[0.0], plan.grid])
-    S = model.sample(grid0, 1, seed=cfg.run.seed, purpose="outer", dtype=np.dtype(cfg.run.dtype), outer=(first, L))
+    S = model.sample(grid0, 1, seed=cfg.run.seed, purpose="outer", dtype=np.dtype(cfg.run.dtype), outer=(first, L),
+                     outer_antithetic=cfg.simulation.outer_antithetic)
     return np.asarray(S[:, 0, :, 0], dtype=np.float64)
 
 
@@ -286,7 +288,7 @@ class ReferenceCVA:
 
 def reference_cva(config, paths="engine", outer_paths=None, seed=0, first=0, **options) -> ReferenceCVA:
     """CVA with the exact values on outer paths: ``"engine"`` (the engine's own from key ``first`` on, common
-    random numbers with ``cva.run``), ``"numpy"`` (``numpy_outer_paths(seed)``) or an array (L, G)."""
+    random numbers with ``cva.run``; with antithetic outer paths the standard error from the pair means), ``"numpy"`` (``numpy_outer_paths(seed)``) or an array (L, G)."""
     if isinstance(paths, str):
         if paths not in ("engine", "numpy"):
             raise ValueError(f"paths must be 'engine', 'numpy' or an array, got {paths!r}")
@@ -296,7 +298,8 @@ def reference_cva(config, paths="engine", outer_paths=None, seed=0, first=0, **o
         S = np.asarray(paths, dtype=np.float64)
     P = netting_values(config, S, **options)
     c = cva_contributions(config, P)
-    est = measures.cva_estimate(c)
+    paired = isinstance(paths, str) and paths == "engine" and load_config(config).simulation.outer_antithetic
+    est = measures.cva_estimate(samples(c, paired))                # antithetic pairs: the pair means
     return ReferenceCVA(cva=est["cva"], stderr=est["stderr"], paths=S, values=P, contributions=c)
 
 

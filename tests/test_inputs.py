@@ -77,7 +77,7 @@ def test_a_huge_yaml_is_refused_before_it_is_parsed(tmp_path, capsys):
 
 
 def test_a_run_too_large_is_refused_before_any_work(tmp_path, capsys):
-    cfg = _base(tmp_path, {("simulation", "outer_paths"): 4294967295, ("simulation", "inner_paths"): 1024})
+    cfg = _base(tmp_path, {("simulation", "outer_paths"): 4294967294, ("simulation", "inner_paths"): 1024})
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert main(["run", str(path)]) == 2

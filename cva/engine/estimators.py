@@ -16,6 +16,9 @@ of the same inner set; with a bias b(M) = c1 / M + c2 / M^2 + ..., E[Y(M)] = -c1
   bias is -(2 / 3) (Y(M_L) - Y(M_{L-1}) / 2) again. The outer paths per level follow the MLMC allocation
   N_l ~ w_l sqrt(V_l / C_l) for the measured variances V_l, the costs C_l and the weights w_l.
 
+With antithetic outer paths (``paired`` levels) the samples are the pair means; the level table's variances
+are per outer path (twice the pair means' variance), as the MLMC allocation counts outer paths.
+
 The interval spans the estimate and the estimate less its estimated remaining bias, widened on each
 side by 1.96 times the standard error of their difference's inputs combined (outer sampling and bias
 estimate): it covers the truth where either the first-order model or the second-order one holds.
@@ -35,13 +38,15 @@ Z95 = 1.959963984540054
 @dataclass
 class Level:
     """One level's per-outer-path values: ``sets`` (1 + 2 + ... + 2^splits, N, K) from the whole inner set of
-    ``inner_paths`` paths, then its halves, then its quarters (as far as ``splits``)."""
+    ``inner_paths`` paths, then its halves, then its quarters (as far as ``splits``). ``paired``: outer paths
+    2i and 2i + 1 are antithetic, so the samples are the pair means."""
 
     index: int
     inner_paths: int
     splits: int
     sets: np.ndarray
     seconds: float = 0.0
+    paired: bool = False
 
     @property
     def paths(self) -> int:
@@ -61,8 +66,19 @@ class Level:
         return self.inner_paths * (1 + self.splits)
 
 
-def _mean_se(x):
+def samples(x, paired=False):
+    """The independent samples of per-path values x (N, ...): x itself, or with antithetic outer paths the
+    means of the pairs (x_{2i} + x_{2i+1}) / 2, whose variance is that of one path's equivalent over two."""
     x = np.asarray(x, dtype=np.float64)
+    if not paired:
+        return x
+    if x.shape[0] % 2:
+        raise ValueError(f"antithetic outer paths come in pairs, got {x.shape[0]} paths")
+    return 0.5 * (x[0::2] + x[1::2])
+
+
+def _mean_se(x, paired=False):
+    x = samples(x, paired)
     n = x.shape[0]
     se = x.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(x.shape[1:], np.nan)
     return x.mean(axis=0), se
@@ -80,16 +96,16 @@ def combine(levels, g, estimator):
     if estimator in ("plain", "extrapolated"):
         F = g(top.sets[0])
         Y = top.correction(g)
-        est, se = _mean_se(F if estimator == "plain" else F + Y)
-        bias, bias_se = _mean_se(-Y)
+        est, se = _mean_se(F if estimator == "plain" else F + Y, top.paired)
+        bias, bias_se = _mean_se(-Y, top.paired)
         if estimator == "plain":
             rem, rem_se = bias, bias_se
         elif top.splits >= 2:
-            rem, rem_se = _mean_se(-(2 / 3) * (Y - 0.5 * top.correction(g, 1)))
+            rem, rem_se = _mean_se(-(2 / 3) * (Y - 0.5 * top.correction(g, 1)), top.paired)
         else:
             rem = rem_se = None
     elif estimator == "mlmc":
-        parts = [_mean_se(g(lv.sets[0]) if lv.splits == 0 else lv.correction(g)) for lv in levels]
+        parts = [_mean_se(g(lv.sets[0]) if lv.splits == 0 else lv.correction(g), lv.paired) for lv in levels]
         est = sum(m for m, _ in parts) + parts[-1][0]                                  # the last one twice
         se = np.sqrt(sum(s ** 2 for _, s in parts) + 3 * parts[-1][1] ** 2)              # (2 se_L)^2 for the last
         bias, bias_se = -parts[-1][0], parts[-1][1]
@@ -126,11 +142,15 @@ def level_table(levels, g, estimator) -> list[dict]:
     rows = []
     for lv, m, term, fine, weight in terms:
         n = term.shape[0]
+        r = 2 if lv.paired else 1                            # outer paths per sample
+        term, fine = samples(term, lv.paired), samples(fine, lv.paired)
+        ns = term.shape[0]
         rows.append({"level": lv.index, "inner_paths": m, "outer_paths": n,
                      "term": "g(P)" if lv.splits == 0 else "Y", "weight": weight,
-                     "mean": float(np.mean(term)), "variance": float(np.var(term, ddof=1)) if n > 1 else 0.0,
-                     "stderr": float(np.std(term, ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
-                     "fine_mean": float(np.mean(fine)), "fine_variance": float(np.var(fine, ddof=1)) if n > 1 else 0.0,
+                     "mean": float(np.mean(term)), "variance": r * float(np.var(term, ddof=1)) if ns > 1 else 0.0,
+                     "stderr": float(np.std(term, ddof=1) / math.sqrt(ns)) if ns > 1 else 0.0,
+                     "fine_mean": float(np.mean(fine)),
+                     "fine_variance": r * float(np.var(fine, ddof=1)) if ns > 1 else 0.0,
                      "cost_per_path": lv.cost(), "seconds_per_path": lv.seconds / max(n, 1)})
     return rows
 

@@ -105,7 +105,8 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     exposure_pos = -np.ones(G, dtype=int)
     exposure_pos[plan.value_index] = np.arange(K)
     clock = StageClock(xp, timings)
-    S_out = model.sample(grid0, 1, seed=seed, purpose="outer", dtype=dtype, xp=xp, outer=(l0, Lc))[:, 0]  # (Lc, G, d)
+    S_out = model.sample(grid0, 1, seed=seed, purpose="outer", dtype=dtype, xp=xp, outer=(l0, Lc),
+                         outer_antithetic=sim.outer_antithetic)[:, 0]                  # (Lc, G, d)
     clock("outer_paths")
     V = xp.zeros((nv, Lc, len(plan.contracts), K), dtype=np.float64)                   # the value cube
     alive = [xp.ones((nv, Lc), dtype=bool) for _ in plan.contracts]
@@ -276,7 +277,8 @@ class Levels:
         out = []
         for li, (m, splits) in enumerate(self.specs):
             sets = np.concatenate(self.parts[li], axis=1)
-            out.append(Level(li, m, splits, sets if values is None else values(sets), self.seconds[li]))
+            out.append(Level(li, m, splits, sets if values is None else values(sets), self.seconds[li],
+                             paired=self.cfg.simulation.outer_antithetic))
         return out
 
 
@@ -319,6 +321,8 @@ def sample_levels(cfg, lv, g, log, values=None):
         weights = [r["weight"] for r in rows]
         want = allocate([r["variance"] for r in rows], [r["cost_per_path"] for r in rows], weights,
                         max(target_variance, 1e-300))
+        if sim.outer_antithetic:
+            want = [n + n % 2 for n in want]                                           # whole pairs
         if all(lv.have(li) >= n for li, n in enumerate(want)):
             return
         log("mlmc: outer paths per level " + ", ".join(f"{lv.have(li)} -> {max(n, lv.have(li))}"

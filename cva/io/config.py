@@ -673,6 +673,9 @@ class Simulation(_Section):
     payoff_regressor: bool = Field(False, description="add the payoff as a regressor")
     itm_only: bool = Field(True, description="regress on the in-the-money inner paths only (Longstaff & Schwartz)")
     antithetic: bool = Field(False, description="antithetic inner paths (pairs z, -z)")
+    outer_antithetic: bool = Field(
+        True, description="antithetic outer paths (pairs z, -z; the standard errors from the pair means): "
+                           "outer_paths, pilot_paths and level_paths must be even")
     out_of_sample: bool = Field(
         False, description="`cva price`: also the low-biased price of the policy on independent paths")
     chunk: Annotated[Int, Field(ge=2)] | None = Field(
@@ -697,6 +700,13 @@ class Simulation(_Section):
             return [(("inner_paths",), f"sqrt_outer gives {n} inner paths for {self.outer_paths} outer paths, more "
                                        f"than {rng.PATH_LIMIT}: use a smaller sqrt_outer")]
         problems = []
+        if self.outer_antithetic:
+            for key in ("outer_paths", "pilot_paths", "level_paths"):
+                counts = getattr(self, key)
+                counts = () if counts is None else counts if isinstance(counts, tuple) else (counts,)
+                if any(c % 2 for c in counts):
+                    problems.append(((key,), f"must be even with outer_antithetic (pairs of outer paths), got "
+                                             f"{_show(getattr(self, key))}"))
         if self.estimator != "mlmc":
             parts = 2 if self.estimator == "plain" else 4                           # halves, or quarters too
             if n % parts or n // parts < 2:

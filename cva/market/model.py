@@ -154,17 +154,28 @@ class BlackScholes:
         return start[..., None, :] * np.exp(np.cumsum(dlog, axis=-2))                   # (..., T, d)
 
     def sample(self, times, n_paths, *, seed, purpose, dtype=np.float64, xp=np, start=None, outer=(0, 1),
-               inner0=0, date=0, step0=0, antithetic=False):
+               inner0=0, date=0, step0=0, antithetic=False, outer_antithetic=False):
         """Paths from keyed normals: S (n_outer, n_paths, T, d) at ``times[1:]``.
 
         Path m of outer index l uses the normals of :func:`cva.market.rng.normals` with keys
         (seed, purpose, l, inner0 + m, date, step0 + j): the same numbers whatever the batch
-        or the device. With ``antithetic``, paths 2i and 2i + 1 use z and -z of key i.
+        or the device. With ``antithetic``, paths 2i and 2i + 1 use z and -z of key i; with
+        ``outer_antithetic`` (and one path per outer index), outer indices 2i and 2i + 1 do.
         ``start`` (n_outer, d) or (d,) defaults to the spot.
         """
         from cva.market import rng
         T = len(times) - 1
-        if antithetic:
+        if outer_antithetic:
+            if n_paths != 1 or antithetic:
+                raise ValueError("outer_antithetic pairs the outer indices of one path each")
+            l0, n_outer = outer
+            b0, b1 = l0 // 2, (l0 + n_outer - 1) // 2
+            zb = rng.normals(seed, purpose, (b0, b1 - b0 + 1), (inner0, 1), date, (step0, T), self.d, dtype=dtype,
+                             xp=xp)
+            o = np.arange(l0, l0 + n_outer)
+            sign = xp.asarray((1 - 2 * (o % 2)).astype(dtype))[:, None, None, None]
+            z = zb[xp.asarray(o // 2 - b0)] * sign                                       # (n_outer, 1, T, d)
+        elif antithetic:
             b0, b1 = inner0 // 2, (inner0 + n_paths - 1) // 2
             zb = rng.normals(seed, purpose, outer, (b0, b1 - b0 + 1), date, (step0, T), self.d, dtype=dtype, xp=xp)
             m = np.arange(inner0, inner0 + n_paths)

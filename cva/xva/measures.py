@@ -16,10 +16,12 @@ maximum of EE.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
-from cva.engine.estimators import Level, combine, level_table
+from cva.engine.estimators import combine, level_table
 
 Z95 = 1.959963984540054
 PFE_LEVEL = 0.975             # the default of output.pfe_quantile
@@ -158,8 +160,7 @@ def cva_allocations(levels, netted, plan, model, counterparty, estimator, own=No
         for name, side, weights in (("cva", 1.0, w), ("dva", -1.0, w_dva)):
             if weights is None:
                 continue
-            parts = [Level(lv.index, lv.inner_paths, lv.splits,
-                           side * c.quantity * lv.sets[..., i, cols] * (side * P > 0), lv.seconds)
+            parts = [replace(lv, sets=side * c.quantity * lv.sets[..., i, cols] * (side * P > 0))
                      for lv, P in zip(levels, (n.sets for n in netted), strict=True)]
             est = combine(parts, lambda X, weights=weights: X @ weights, estimator)
             row.update({f"{name}_allocation": float(est["estimate"]),

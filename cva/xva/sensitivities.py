@@ -5,9 +5,11 @@ Spot, vol and rate bumps run the engine again; a hazard bump reweights the base 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from cva.engine.estimators import Level, combine
+from cva.engine.estimators import combine
 from cva.engine.nested import DateStats, Levels
 from cva.engine.plan import build_plan
 from cva.io.config import load_config
@@ -45,7 +47,7 @@ def sensitivities(cfg, xp, chunk, plan, model, counterparty, own, netted, values
 
     def difference(up, down, width):
         (g_up, l_up), (g_down, l_down) = up, down
-        pairs = [Level(a.index, a.inner_paths, a.splits, np.stack([a.sets, b.sets], axis=-2), a.seconds)
+        pairs = [replace(a, sets=np.stack([a.sets, b.sets], axis=-2))
                  for a, b in zip(l_up, l_down, strict=True)]
         est = combine(pairs, lambda X: g_up(X[..., 0, :]) - g_down(X[..., 1, :]), estimator)
         return [float(est["estimate"]) / width, float(est["stderr"]) / width]

@@ -1,5 +1,6 @@
 """longstaff_schwartz(splits=) on the GPU: the affine basis's split normal equations (strided Gram of the
-finest parts, right-hand sides per depth) against the numpy path and the parts priced alone."""
+finest parts, right-hand sides per depth) against the numpy path and the parts priced alone; the antithetic
+outer paths against numpy."""
 
 import numpy as np
 import pytest
@@ -27,3 +28,11 @@ def test_split_on_the_gpu_matches_numpy_and_the_parts_alone(name, payoff_regress
         np.testing.assert_allclose(cp.asnumpy(parts), cpu.parts[depth - 1], rtol=1e-10)
         alone = longstaff_schwartz(cp.asarray(S).reshape((5 * n, 128 // n) + S.shape[2:]), times, payoff, psi, m.rate)
         np.testing.assert_allclose(cp.asnumpy(parts), cp.asnumpy(alone.value).reshape(5, n), rtol=1e-10)
+
+
+def test_antithetic_outer_paths_on_the_gpu_are_the_numpy_ones():
+    m = BlackScholes(spot=[100.0, 90.0], vol=[0.2, 0.3], dividend=[0.0, 0.01], rate=0.03, correlation=0.4)
+    times = np.array([0.0, 0.25, 0.5, 1.0])
+    cpu = m.sample(times, 1, seed=4, purpose="outer", outer=(7, 9), outer_antithetic=True)
+    gpu = m.sample(times, 1, seed=4, purpose="outer", outer=(7, 9), outer_antithetic=True, xp=cp)
+    np.testing.assert_allclose(cp.asnumpy(gpu), cpu, rtol=1e-12)
