@@ -215,7 +215,7 @@ def _with_overrides(config, args):
 
 def _cmd_run(args) -> int:
     config = _with_overrides(load_config(args.config), args)
-    config.require_counterparty()
+    config.book()                                  # the counterparty (or counterparties) a run needs
     backend = args.backend or config.run.backend
     _check_backend(backend, args, config)
     _check_run_dir(args, config)
@@ -240,12 +240,12 @@ def _cmd_run(args) -> int:
     lo, hi = result.ci
     s = result.summary
     bias = f"inner-sample bias {s['bias_estimate']:.3g} {'left in' if s['estimator'] == 'plain' else 'removed'}"
+    what = (f"{len(s['counterparties'])} counterparties, {s['netting_sets']} netting sets" if config.is_desk else
+            f"EPE {s['EPE']:.6g}, EEPE {s['EEPE']:.6g}")
     print(f"CVA = {result.cva:.6g} +- {result.stderr:.3g} ({s['estimator']}, {bias}; 95% interval with the remaining "
-          f"bias [{lo:.6g}, {hi:.6g}]); EPE {s['EPE']:.6g}, EEPE {s['EEPE']:.6g}; "
-          f"{s['elapsed_seconds']:.1f} s on {s['device']}")
+          f"bias [{lo:.6g}, {hi:.6g}]); {what}; {s['elapsed_seconds']:.1f} s on {s['device']}")
     if "dva" in s:
-        print(f"DVA = {s['dva']:.6g} +- {s['dva_stderr']:.3g} (95% interval [{s['dva_ci_low']:.6g}, "
-              f"{s['dva_ci_high']:.6g}]); CVA and DVA first to default")
+        print(f"DVA = {s['dva']:.6g} +- {s['dva_stderr']:.3g}; CVA and DVA first to default")
     print(f"report: {result.out_dir / 'report.html'}")
     return EXIT_OK
 
@@ -297,7 +297,7 @@ def _cmd_bench(args) -> int:
     from cva.engine.nested import STAGES
 
     config = load_config(args.config)
-    config.require_counterparty()
+    config.book()                                  # the counterparty (or counterparties) a run needs
     config = with_paths(config, args.outer, args.inner)
     _check_json_target(args)
     backend = args.backend or config.run.backend

@@ -23,12 +23,13 @@ from cva.engine.plan import (
     netting_order,
     run_cost,
 )
-from cva.io import report, rundir
+from cva.io import desk_report, report, rundir
 from cva.io.config import load_config
 from cva.io.report import RunResult
 from cva.market.model import BlackScholes
 from cva.xva.collateral import net_of_collateral
-from cva.xva.credit import Counterparty
+from cva.xva.credit import Counterparty, shifted
+from cva.xva.desk import Book
 from cva.xva.measures import cva_allocations, cva_functional
 from cva.xva.sensitivities import sensitivities
 
@@ -68,10 +69,10 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     if log is None:
         log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     cfg = load_config(config)
-    cp_cfg = cfg.require_counterparty()
+    entries = cfg.book()
     xp, device = resolve_backend(backend or cfg.run.backend)
     model = BlackScholes.from_market(cfg.market)
-    counterparty = Counterparty.from_config(cp_cfg, model.rate)
+    credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in entries}
     plan = build_plan(cfg)
     dtype = np.dtype(cfg.run.dtype)
     if chunk is not None and int(chunk) < 2:
@@ -99,7 +100,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 raise rundir.ResumeError(f"cannot resume {out_dir}: the run is complete (summary.json); use "
                                          f"--overwrite to run it again")
         elif write:
-            rundir.start_fresh(out_dir, report.OUTPUTS, overwrite)
+            rundir.start_fresh(out_dir, report.OUTPUTS + desk_report.OUTPUTS, overwrite)
             (out_dir / rundir.CHUNKS).mkdir(exist_ok=True)
             rundir.write_text(out_dir / rundir.MANIFEST, json.dumps(manifest, indent=2))
         specs = level_specs(cfg)
@@ -111,11 +112,16 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         bar = _progress(None, 0, progress)
         quantities, order = [c.quantity for c in plan.contracts], netting_order(plan)
         own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
-        g = cva_functional(plan, model, counterparty, own)
+        if cfg.is_desk:
+            book = Book(cfg, plan, credits)
+            values = book.values(plan, quantities, order)                   # (sets, N, netting sets, K)
+            g = book.cva_functional(plan, model, own)
+        else:
+            counterparty = credits["counterparty"]
+            g = cva_functional(plan, model, counterparty, own)
 
-
-        def values(cube):                                                   # the cube's sets -> netted values
-            return net_of_collateral(net(cube, quantities, order), plan, cfg.csa)
+            def values(cube):                                               # the cube's sets -> netted values
+                return net_of_collateral(net(cube, quantities, order), plan, cfg.csa)
 
         try:
             lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume)
@@ -125,13 +131,29 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 bar.close()
         elapsed = time.perf_counter() - t_start
         netted = lv.levels(values)
-        trades = [] if cfg.csa is not None else cva_allocations(lv.levels(), netted, plan, model, counterparty,
-                                                                   cfg.simulation.estimator, own)
-        sens = None if cfg.sensitivities is None else sensitivities(cfg, xp, chunk, plan, model, counterparty, own,
-                                                                     netted, values, log)
-        result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
-                               device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
-                               own=own, sensitivities=sens)
+        sens = None
+        if cfg.sensitivities is not None:
+            def functional(c, m, name, shift):                              # counterparty name's CVA g
+                cps = {x.name: x for x in c.counterparties} if c.is_desk else {"counterparty": c.counterparty}
+                cp = Counterparty.from_config(cps[name], m.rate)
+                me = None if c.own_credit is None else Counterparty.from_config(c.own_credit, m.rate)
+                g = cva_functional(plan, m, shifted(cp, shift) if shift else cp, me)
+                if not c.is_desk:
+                    return g
+                which = book.of(name)
+                return lambda X: sum(g(X[..., j, :]) for j in which)
+
+            floors = {name: float(np.min(cp.curve.rates)) for name, cp in credits.items()}
+            sens = sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, cfg.is_desk, log)
+        if cfg.is_desk:
+            result = desk_report.finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, device=device,
+                                        chunk=chunk, elapsed=elapsed, manifest=manifest, own=own, sensitivities=sens)
+        else:
+            trades = [] if cfg.csa is not None else cva_allocations(lv.levels(), netted, plan, model, counterparty,
+                                                                       cfg.simulation.estimator, own)
+            result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
+                                   device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
+                                   own=own, sensitivities=sens)
         if write and not keep_chunks:
             rundir.remove_chunks(out_dir)
     return result

@@ -49,16 +49,22 @@ def build_plan(cfg) -> Plan:
     exposure_index = index(cfg.exposure_times())
     value_index = np.unique(np.concatenate([exposure_index, index(cfg.margin_times())])).astype(int)
     exposure_cols = np.searchsorted(value_index, exposure_index)
-    margin_cols = None
-    if cfg.csa is not None:
-        lag = cfg.exposure_times() - cfg.csa.margin_period_of_risk
-        margin_cols = np.where(lag > 0, np.searchsorted(value_index, index(np.where(lag > 0, lag, lag[-1]))), -1)
+    margin_cols = None if cfg.csa is None else margin_columns(cfg, value_index, cfg.csa.margin_period_of_risk)
     return Plan(grid=grid, exposure_index=exposure_index, value_index=value_index, exposure_cols=exposure_cols,
                 margin_cols=margin_cols, contracts=contracts,
                 exercise_index=[index(c.exercise_times()) for c in contracts],
                 closed_form=[c.is_european and (c.underlying == "asset" or cfg.d == 1) for c in contracts],
                 outer_paths=cfg.simulation.outer_paths, inner_paths=cfg.simulation.inner_paths_for(),
                 basis=cfg.simulation.basis, payoff_regressor=cfg.simulation.payoff_regressor)
+
+
+def margin_columns(cfg, value_index, mpr) -> np.ndarray:
+    """(K,) the value cube's column of each t_k - mpr, -1 where it is not after 0 (the dates are on the grid:
+    :meth:`cva.io.config.Config.margin_times`)."""
+    keys, T = cfg.grid_keys()
+    lag = cfg.exposure_times() - mpr
+    g = np.searchsorted(keys, grid_key(np.where(lag > 0, lag, lag[-1]), T))
+    return np.where(lag > 0, np.searchsorted(value_index, g), -1)
 
 
 def bytes_per_outer_path(plan, d, itemsize) -> int:

@@ -31,6 +31,7 @@ import os
 import re
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
@@ -481,7 +482,8 @@ class Contract(_Section):
                                                        "year by default; european: 1")
     quantity: Num = Field(1.0, description="the position: positive long, negative short, not 0")
     name: str | None = Field(
-        None, min_length=1, description="a label for the report (default: its index and description)")
+        None, min_length=1, description="a label for the report (default: its id, else its index and description)")
+    id: str | None = Field(None, min_length=1, description="the trade's id (unique in a desk's book)")
     index: int = 0
 
     @classmethod
@@ -801,6 +803,24 @@ class CSA(_Section):
         "bilateral", description="who posts variation margin: both, the counterparty only, or we only")
 
 
+class NettingSet(_Section):
+    """``counterparties[i].netting_sets[j]``: a netting set, its collateral agreement and its contracts (with
+    ``trades_file``, more come from the CSV's rows that name it)."""
+
+    name: str = Field(min_length=1, description="the netting set's name (unique in the book)")
+    csa: CSA | None = Field(None, description="its collateral agreement (none: uncollateralized)")
+    portfolio: tuple[Contract, ...] = Field((), description="its contracts, as in portfolio")
+
+
+class DeskCounterparty(Counterparty):
+    """``counterparties[i]``: a counterparty of the desk: ``name``, its recovery and credit curve (as
+    ``counterparty``), and its netting sets."""
+
+    name: str = Field(min_length=1, description="the counterparty's name (unique)")
+    netting_sets: Annotated[tuple[NettingSet, ...], Field(min_length=1)] = Field(
+        description="its netting sets: name, optional csa, portfolio")
+
+
 class Sensitivities(_Section):
     """``sensitivities``: the CVA's derivatives by central differences with common random numbers (the bumped
     runs use the same keyed streams and, for mlmc, the same outer paths per level); a family is computed when
@@ -816,7 +836,32 @@ class Sensitivities(_Section):
         None, description="parallel shift of the counterparty's hazard rates (e.g. 0.0001): dCVA/dlambda")
 
 
-_OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output", "sensitivities", "csa")
+_OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output", "sensitivities", "csa", "counterparties",
+                      "trades_file", "portfolio", "counterparty", "own_credit")
+
+
+@dataclass(frozen=True)
+class BookEntry:
+    """One netting set of the run's book: its counterparty's name and credit section, its name, CSA and the indices
+    of its contracts in ``Config.portfolio``."""
+
+    counterparty: str
+    credit: Counterparty
+    name: str
+    csa: CSA | None
+    members: tuple[int, ...]
+
+
+def _raw_contracts(data):
+    """(key path, mapping) of each contract of the raw input: under portfolio or under the netting sets."""
+    def listed(x):
+        return x if isinstance(x, (list, tuple)) else []
+    for i, c in enumerate(listed(data.get("portfolio"))):
+        yield ("portfolio", i), c
+    for a, cp in enumerate(listed(data.get("counterparties"))):
+        for b, ns in enumerate(listed(cp.get("netting_sets")) if isinstance(cp, Mapping) else []):
+            for i, c in enumerate(listed(ns.get("portfolio")) if isinstance(ns, Mapping) else []):
+                yield ("counterparties", a, "netting_sets", b, "portfolio", i), c
 
 
 class Config(_Section):
@@ -824,9 +869,17 @@ class Config(_Section):
 
     run: Run = Field(default_factory=Run)
     market: Market = Field(description="the market section (spot, vol, rate, dividend, correlation)")
-    portfolio: Annotated[tuple[Contract, ...], Field(min_length=1)] = Field(
-        description="a list of contracts (style, payoff, underlying, strike, maturity, ...)")
-    counterparty: Counterparty | None = None
+    portfolio: Annotated[tuple[Contract, ...], Field(min_length=1)] | None = Field(
+        None, description="one netting set's contracts (style, payoff, underlying, strike, maturity, ...); a desk "
+                          "gives counterparties instead")
+    counterparty: Counterparty | None = Field(
+        None, description="the counterparty of portfolio: recovery and one of hazard_rate, hazards, cds_spreads")
+    counterparties: Annotated[tuple[DeskCounterparty, ...], Field(min_length=1)] | None = Field(
+        None, description="a desk: counterparties, each with name, recovery, a credit curve and netting_sets")
+    trades_file: str | None = Field(
+        None, min_length=1, description="a CSV of trades (id, counterparty, netting_set, style, payoff, underlying, "
+                                        "strike, maturity, exercise_dates, quantity[, weights]) added to the netting "
+                                        "sets of counterparties; relative to the YAML file")
     own_credit: Counterparty | None = Field(
         None, description="our own recovery and credit curve (as counterparty's): the CVA becomes first to default "
                           "and the DVA is computed")
@@ -839,25 +892,25 @@ class Config(_Section):
     @classmethod
     def _prepare(cls, data):
         data = {k: v for k, v in data.items() if not (k in _OPTIONAL_SECTIONS and v is None)}
+        data, problems = _book_input(data)
         market = data.get("market")
         d = _market_d(market)[0] if isinstance(market, Mapping) else None
-        problems = []
         if d is None:
-            return data, problems
-        portfolio = data.get("portfolio")
-        for i, c in enumerate(portfolio if isinstance(portfolio, (list, tuple)) else []):
+            return _without_rows(data), problems
+        for loc, c in _raw_contracts(data):
             if not isinstance(c, Mapping):
                 continue
             u = c.get("underlying")
             a = u.get("asset") if isinstance(u, Mapping) else None
             if isinstance(a, int) and not isinstance(a, bool) and a >= d:
-                problems.append((("portfolio", i, "underlying", "asset"),
+                problems.append(((*loc, "underlying", "asset"),
                                  f"{a} is out of range: the market has d = {d} asset{'s' if d > 1 else ''}, "
-                                 f"so use 0 <= asset <= {d - 1}"))
+                                 f"so use 0 <= asset <= {d - 1}" + _trade_row(c)))
             w = c.get("weights")
             if isinstance(w, (list, tuple)) and len(w) > 0 and len(w) != d:
-                problems.append((("portfolio", i, "weights"),
-                                 f"has {len(w)} entries, expected one per asset (d = {d})"))
+                problems.append(((*loc, "weights"),
+                                 f"has {len(w)} entries, expected one per asset (d = {d})" + _trade_row(c)))
+        data = _without_rows(data)
         sim = data.get("simulation")
         if isinstance(sim, Mapping) and sim.get("basis") == "laguerre" and d > 1:
             problems.append((("simulation", "basis"),
@@ -867,14 +920,26 @@ class Config(_Section):
 
     def _finish(self):
         d = self.market.d
-        contracts = []
-        for i, c in enumerate(self.portfolio):
+
+        def normal(c, i):
             weights = c.weights
             if c.underlying == "basket" and weights is None:
                 weights = (1.0,) * d
-            contracts.append(c.model_copy(update={"index": i, "weights": weights,
-                                                  "name": c.name or f"{i}: {c.description}"}))
-        self._set(portfolio=tuple(contracts))
+            name = c.name or c.id or f"{i}: {c.description}"
+            return c.model_copy(update={"index": i, "weights": weights, "name": name})
+
+        if self.counterparties is None:
+            self._set(portfolio=tuple(normal(c, i) for i, c in enumerate(self.portfolio)))
+        else:
+            contracts, cps = [], []
+            for cp in self.counterparties:
+                sets = []
+                for ns in cp.netting_sets:
+                    mine = tuple(normal(c, len(contracts) + k) for k, c in enumerate(ns.portfolio))
+                    contracts += mine
+                    sets.append(ns.model_copy(update={"portfolio": mine}))
+                cps.append(cp.model_copy(update={"netting_sets": tuple(sets)}))
+            self._set(counterparties=tuple(cps), portfolio=tuple(contracts))
         if self.output.dir is None:
             self._set(output=self.output.model_copy(update={"dir": f"reports/{self.run.name}"}))
 
@@ -884,10 +949,12 @@ class Config(_Section):
         problems = []
         if self.simulation.dates > limit:
             problems.append((("simulation", "dates"), f"must be <= {limit}, got {self.simulation.dates}: {why}"))
+        if not self.portfolio:
+            return [(("counterparties",), "the netting sets hold no contracts: give their portfolio or trades_file")]
         for i, c in enumerate(self.portfolio):
             if c.exercise_dates > limit:
                 default = f" (american: {AMERICAN_DATES_PER_YEAR} a year by default)" if c.style == "american" else ""
-                problems.append((("portfolio", i, "exercise_dates"),
+                problems.append(((*self.contract_loc(i), "exercise_dates"),
                                  f"must be <= {limit}, got {c.exercise_dates}{default}: {why}"))
         if problems:
             return problems
@@ -895,15 +962,16 @@ class Config(_Section):
         for i, c in enumerate(self.portfolio):
             keys = grid_key(c.exercise_times(), T)
             if keys[0] <= 0 or np.any(np.diff(keys) <= 0):
-                problems.append((("portfolio", i, "maturity"),
+                problems.append(((*self.contract_loc(i), "maturity"),
                                  f"{_show(c.maturity)} with {c.exercise_dates} exercise date(s) is too short next to "
                                  f"the horizon T = {_show(T)}: the exercise dates must lie at least about "
                                  f"1e-{GRID_DIGITS} T apart and after t = 0 to be distinct dates of the simulation "
                                  "grid; use a longer maturity or fewer exercise_dates"))
-        if self.csa is not None and self.csa.margin_period_of_risk >= T:
-            problems.append((("csa", "margin_period_of_risk"),
-                             f"{self.csa.margin_period_of_risk:.6g} years is not shorter than the horizon "
-                             f"T = {_show(T)}"))
+        for loc, csa in self.csas():
+            if csa.margin_period_of_risk >= T:
+                problems.append(((*loc, "margin_period_of_risk"),
+                                 f"{csa.margin_period_of_risk:.6g} years is not shorter than the horizon "
+                                 f"T = {_show(T)}"))
         if not problems and grid.size > limit:
             problems.append((("simulation", "dates"), f"with the exercise dates of the portfolio the simulation grid "
                                                       f"has {grid.size} dates, more than {limit}: {why}; use fewer "
@@ -938,7 +1006,7 @@ class Config(_Section):
             log_value = math.log(abs(c.quantity)) + max(math.log(c.strike), log_u) + math.log(2.0)
             if log_value > room:
                 key = "quantity" if math.log(abs(c.quantity)) > max(math.log(c.strike), log_u) else "strike"
-                problems.append((("portfolio", i, key), f"{_show(getattr(c, key))} gives contract values near "
+                problems.append(((*self.contract_loc(i), key), f"{_show(getattr(c, key))} gives contract values near "
                                                         f"e^{log_value:.0f}, beyond the {dtype.name} range of the run "
                                                         f"(e^{room + 20:.0f}, with e^20 for the sums over paths)"))
         return problems
@@ -949,6 +1017,11 @@ class Config(_Section):
     def d(self) -> int:
         """The number of assets (``market.d``)."""
         return self.market.d
+
+    @property
+    def is_desk(self) -> bool:
+        """Whether the book is given by ``counterparties`` (else ``portfolio`` and ``counterparty``)."""
+        return self.counterparties is not None
 
     @property
     def horizon(self) -> float:
@@ -969,11 +1042,41 @@ class Config(_Section):
         return np.unique(grid_key(times, T)), T
 
     def margin_times(self) -> np.ndarray:
-        """The dates t_k - margin_period_of_risk after 0 whose values set the collateral (none without a CSA)."""
-        if self.csa is None:
-            return np.empty(0)
-        lag = self.exposure_times() - self.csa.margin_period_of_risk
-        return lag[lag > 0]
+        """The dates t_k - margin_period_of_risk after 0 whose values set the collateral, for every CSA (none
+        without one)."""
+        lags = [self.exposure_times() - csa.margin_period_of_risk for _, csa in self.csas()]
+        return np.concatenate([lag[lag > 0] for lag in lags]) if lags else np.empty(0)
+
+    def csas(self) -> list[tuple[tuple, CSA]]:
+        """(key path, CSA) of every collateral agreement: ``csa``, or those of the netting sets."""
+        if self.counterparties is None:
+            return [] if self.csa is None else [(("csa",), self.csa)]
+        return [(("counterparties", a, "netting_sets", b, "csa"), ns.csa) for a, cp in enumerate(self.counterparties)
+                for b, ns in enumerate(cp.netting_sets) if ns.csa is not None]
+
+    def contract_loc(self, i) -> tuple:
+        """The key path of contract ``i`` of ``portfolio`` (the flattened book) in the input."""
+        if self.counterparties is None:
+            return ("portfolio", i)
+        for a, cp in enumerate(self.counterparties):
+            for b, ns in enumerate(cp.netting_sets):
+                if i < len(ns.portfolio):
+                    return ("counterparties", a, "netting_sets", b, "portfolio", i)
+                i -= len(ns.portfolio)
+        raise IndexError(i)
+
+    def book(self) -> list[BookEntry]:
+        """The netting sets of the run: those of ``counterparties``, or ``portfolio`` as the one netting set of
+        ``counterparty`` (named "counterparty" and "netting set")."""
+        if self.counterparties is None:
+            return [BookEntry("counterparty", self.require_counterparty(), "netting set", self.csa,
+                              tuple(range(len(self.portfolio))))]
+        out, first = [], 0
+        for cp in self.counterparties:
+            for ns in cp.netting_sets:
+                out.append(BookEntry(cp.name, cp, ns.name, ns.csa, tuple(range(first, first + len(ns.portfolio)))))
+                first += len(ns.portfolio)
+        return out
 
     def require_counterparty(self) -> Counterparty:
         """The counterparty section; raises :class:`ConfigError` when it is missing (``cva run``)."""
@@ -996,13 +1099,108 @@ class Config(_Section):
                 f"{self.run.dtype}{extra}, backend {self.run.backend}")
 
     def to_dict(self) -> dict:
-        """The normalized configuration as plain YAML/JSON data, in the input's form (it loads again)."""
+        """The normalized configuration as plain YAML/JSON data, in the input's form (it loads again; a desk's
+        trades_file is read into its netting sets)."""
         out = self.model_dump(mode="json", exclude_none=True)
-        for c in out["portfolio"]:
+        if self.counterparties is not None:
+            out.pop("portfolio")
+            out.pop("trades_file", None)
+        portfolios = [out["portfolio"]] if "portfolio" in out else \
+            [ns["portfolio"] for cp in out["counterparties"] for ns in cp["netting_sets"]]
+        for c in (c for p in portfolios for c in p):
             c.pop("index")
             if c["underlying"] == "asset":
                 c["underlying"] = {"asset": c.pop("asset")}
         return out
+
+
+def _trade_row(c) -> str:
+    """" (trades_file row r)" for a contract read from the CSV."""
+    return f" (trades_file row {c['row']})" if isinstance(c, Mapping) and "row" in c else ""
+
+
+def _book_input(data) -> tuple[dict, list[tuple[tuple, str]]]:
+    """The raw input's book: ``portfolio`` (+ ``counterparty``, ``csa``) or ``counterparties`` (+ ``trades_file``,
+    whose rows join the netting sets they name), not both; ids unique in a desk."""
+    from cva.io.trades import read_trades
+
+    problems = []
+    if data.get("counterparties") is None and data.get("trades_file") is None:
+        if data.get("portfolio") is None:
+            problems.append((("portfolio",), "required: a list of contracts (or counterparties with netting_sets)"))
+        return data, problems
+    for key in ("portfolio", "counterparty", "csa"):
+        if data.get(key) is not None:
+            where = {"portfolio": "counterparties[i].netting_sets[j].portfolio (or trades_file)",
+                     "counterparty": "counterparties[i] (name, recovery, credit curve)",
+                     "csa": "counterparties[i].netting_sets[j].csa"}[key]
+            problems.append(((key,), f"a desk with counterparties gives it under {where}: remove {key}"))
+    cps = data.get("counterparties")
+    if cps is None:
+        return data, problems + [(("counterparties",), "required with trades_file: the counterparties and their "
+                                                       "netting sets the trades name")]
+    if not isinstance(cps, (list, tuple)) or not all(isinstance(cp, Mapping) for cp in cps):
+        return data, problems
+    cps = [{**cp, "netting_sets": [dict(ns) if isinstance(ns, Mapping) else ns for ns in cp.get("netting_sets") or []]}
+           for cp in cps]
+    where, names = {}, {}
+    for a, cp in enumerate(cps):
+        if cp.get("name") in names:
+            problems.append((("counterparties", a, "name"),
+                             f"{cp.get('name')!r} is also counterparties[{names[cp['name']]}]: names are unique"))
+        names.setdefault(cp.get("name"), a)
+        for b, ns in enumerate(cp["netting_sets"]):
+            if not isinstance(ns, Mapping):
+                continue
+            key = ns.get("name")
+            if isinstance(key, str) and key in {k[1] for k in where}:
+                problems.append((("counterparties", a, "netting_sets", b, "name"),
+                                 f"{key!r} is used twice: netting-set names are unique in the book"))
+            where[(cp.get("name"), key)] = ns
+    tf = data.get("trades_file")
+    if tf is not None:
+        if not isinstance(tf, str) or not tf:
+            return data, problems + [(("trades_file",), f"must be the path of a CSV file, got {_show(tf)}")]
+        rows, bad = read_trades(tf)
+        problems += [(("trades_file",), msg) for msg in bad]
+        for row in rows:
+            ns = where.get((row["counterparty"], row["netting_set"]))
+            if ns is None:
+                known = [n for (c, n) in where if c == row["counterparty"]]
+                what = (f"netting_set {row['netting_set']!r} is not one of {row['counterparty']!r}'s "
+                        f"({', '.join(map(repr, known))})" if known or row["counterparty"] in names else
+                        f"counterparty {row['counterparty']!r} is not in counterparties")
+                problems.append((("trades_file",), f"row {row['row']}: {what}"))
+                continue
+            trade = {k: v for k, v in row.items() if k not in ("counterparty", "netting_set")}
+            try:
+                Contract.model_validate({k: v for k, v in trade.items() if k != "row"})
+            except ValidationError as exc:
+                problems += [(("trades_file",), f"row {row['row']}, column {line}") for line in _problems(exc)]
+                continue
+            ns["portfolio"] = [*(ns.get("portfolio") or []), trade]
+    seen = {}
+    for loc, c in _raw_contracts({"counterparties": cps}):
+        if not isinstance(c, Mapping):
+            continue
+        ident = c.get("id")
+        if ident is None:
+            continue
+        if ident in seen:
+            problems.append(((*loc, "id"), f"{ident!r} is used twice (also at {seen[ident]}){_trade_row(c)}"))
+        seen.setdefault(ident, "trades_file row " + str(c["row"]) if "row" in c else _dotted(loc))
+    return {**data, "counterparties": cps}, problems
+
+
+def _without_rows(data) -> dict:
+    """The input with the trades_file row numbers (kept for the messages of ``_prepare``) taken out."""
+    if data.get("counterparties") is None or not isinstance(data["counterparties"], list):
+        return data
+    cps = [{**cp, "netting_sets": [{**ns, "portfolio": [{k: v for k, v in c.items() if k != "row"}
+                                                        if isinstance(c, Mapping) else c for c in ns["portfolio"]]}
+                                   if isinstance(ns, Mapping) and isinstance(ns.get("portfolio"), list) else ns
+                                   for ns in cp["netting_sets"]]} for cp in data["counterparties"]]
+    return {**data, "counterparties": cps}
 
 
 def grid_key(t, T) -> np.ndarray:
@@ -1118,6 +1316,9 @@ def load_config(source) -> Config:
     if isinstance(source, (str, os.PathLike)):
         src = str(source)
         data = _read_yaml(Path(source))
+        tf = data.get("trades_file") if isinstance(data, Mapping) else None
+        if isinstance(tf, str) and tf and not Path(tf).is_absolute():
+            data = {**data, "trades_file": str(Path(source).parent / tf)}            # relative to the YAML file
     elif isinstance(source, Mapping):
         data = source
     else:

@@ -383,6 +383,12 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
         "elapsed_seconds": elapsed, "runtime_seconds": dict(timings),
         "versions": _versions(), "config_hash": manifest["config_hash"], "config": cfg.to_dict(),
     }
+    ns = {"cva": summary["cva"], "cva_stderr": summary["stderr"], "EPE": summary["EPE"], "EEPE": summary["EEPE"],
+          "collateralized": cfg.csa is not None, "trades": len(plan.contracts)}
+    if own is not None:
+        ns.update({"dva": summary["dva"], "dva_stderr": summary["dva_stderr"]})
+    summary["counterparties"] = {"counterparty": {**{k: v for k, v in ns.items() if k.startswith(("cva", "dva"))},
+                                                  "netting_sets": {"netting set": ns}}}
     summary["trades"] = list(trades or [])
     summary["csa"] = None if cfg.csa is None else cfg.csa.model_dump()
     if sensitivities is not None:

@@ -92,8 +92,9 @@ def locked(out_dir: Path):
 
 def earlier_run_files(out_dir: Path, outputs) -> list[Path]:
     """The files of an earlier run in ``out_dir``: its manifest, outputs, chunks and temporary files."""
-    names = [MANIFEST, *outputs]
+    names = [MANIFEST, *(n for n in outputs if "*" not in n)]
     found = [out_dir / n for n in names if (out_dir / n).is_file()]
+    found += sorted(p for n in outputs if "*" in n for p in out_dir.glob(n) if p.is_file())     # exposures/*.csv
     found += sorted((out_dir / CHUNKS).glob("level*_*.npz")) if (out_dir / CHUNKS).is_dir() else []
     found += [p for p in out_dir.glob("*.tmp*") if p.is_file() and p.name.split(".tmp")[0] in names]
     return found
@@ -110,6 +111,9 @@ def start_fresh(out_dir: Path, outputs, overwrite: bool):
                                 f"the run in it, --resume to continue it, or another run directory")
     for path in earlier_run_files(out_dir, outputs):
         path.unlink(missing_ok=True)
+    for folder in {(out_dir / n).parent for n in outputs if "*" in n}:
+        with contextlib.suppress(OSError):
+            folder.rmdir()                                            # only if empty
     with contextlib.suppress(OSError):
         (out_dir / CHUNKS).rmdir()                                    # only if empty: nothing else is ours
 

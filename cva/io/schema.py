@@ -10,19 +10,24 @@ from annotated_types import Ge, Gt, Le, Lt, MinLen
 from pydantic_core import PydanticUndefined
 
 from cva.io import config as c
+from cva.io import trades
 
 SECTIONS = [
     ("run", c.Run, "optional"),
     ("market", c.Market, "required"),
-    ("portfolio[]", c.Contract, "required: a list of contracts"),
-    ("counterparty", c.Counterparty, "required by `cva run`"),
+    ("portfolio[]", c.Contract, "one netting set: a list of contracts; or counterparties"),
+    ("counterparty", c.Counterparty, "with portfolio, required by `cva run`"),
     ("counterparty.hazards", c.Hazards, "one of the three credit curves"),
+    ("counterparties[]", c.DeskCounterparty, "a desk, instead of portfolio, counterparty and csa"),
+    ("counterparties[].netting_sets[]", c.NettingSet, "its netting sets"),
+    ("trades_file", None, "optional, with counterparties: a CSV of trades"),
     ("own_credit", c.Counterparty, "optional: our own credit, as counterparty's; turns on the DVA"),
     ("simulation", c.Simulation, "optional"),
     ("regression", c.Regression, "optional"),
     ("output", c.Output, "optional"),
     ("sensitivities", c.Sensitivities, "optional"),
-    ("csa", c.CSA, "optional: the netting set's collateral agreement"),
+    ("csa", c.CSA, "optional, with portfolio: the netting set's collateral agreement (a desk's: under its netting "
+                   "sets)"),
 ]
 
 
@@ -70,6 +75,9 @@ def markdown() -> str:
              "is a YAML mapping of these sections. Unknown keys, wrong types and values out of range are",
              "refused with one line per problem naming the key (`cva validate CONFIG`).", ""]
     for name, model, need in SECTIONS:
+        if model is None:
+            lines += [f"## `{name}` ({need})", "", " ".join(trades.__doc__.split()), ""]
+            continue
         doc = " ".join((model.__doc__ or "").split())
         lines += [f"## `{name}` ({need})", "", doc, "", "| key | type | bounds | default | meaning |",
                   "| --- | --- | --- | --- | --- |"]

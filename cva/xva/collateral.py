@@ -19,12 +19,13 @@ def collateral(V_lag, csa):
     return np.where(np.abs(call) < csa.minimum_transfer_amount, 0.0, call) + csa.independent_amount
 
 
-def net_of_collateral(P, plan, csa):
+def net_of_collateral(P, plan, csa, margin_cols=None):
     """The values (..., K) at the exposure dates net of the collateral, from the netted values (..., V) of the value
-    cube's columns (:attr:`cva.engine.plan.Plan.value_index`); without a CSA the exposure dates' values as they are."""
+    cube's columns (:attr:`cva.engine.plan.Plan.value_index`); without a CSA the exposure dates' values as they are.
+    ``margin_cols``: the columns of t_k - MPR (:func:`cva.engine.plan.margin_columns`; default the plan's)."""
     values = P[..., plan.exposure_cols]
     if csa is None:
         return values
-    lag = plan.margin_cols
+    lag = plan.margin_cols if margin_cols is None else margin_cols
     C = collateral(P[..., np.where(lag >= 0, lag, 0)], csa)
     return values - np.where(lag >= 0, C, csa.independent_amount)

@@ -141,12 +141,13 @@ def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile
     return prof, summary, g(fine)
 
 
-def cva_allocations(levels, netted, plan, model, counterparty, estimator, own=None) -> list[dict]:
+def cva_allocations(levels, netted, plan, model, counterparty, estimator, own=None, members=None) -> list[dict]:
     """Per contract, its Euler contribution to the netting set's CVA from the value cube's levels (sets,
     paths, contracts, dates) and their ``netted`` values P (sets, paths, dates), without collateral:
     (1 - R) sum_k D(t_k) q_k E[q_i V_i(t_k) 1{P(t_k) > 0}], by the same estimator; with
     our own credit also to the DVA, on -q_i V_i 1{P < 0} with the DVA's weights. They sum to the CVA (DVA), as
-    P^+ = sum_i q_i V_i 1{P > 0} path by path, up to rounding."""
+    P^+ = sum_i q_i V_i 1{P > 0} path by path, up to rounding. ``members``: the netting set's contracts (default
+    all)."""
     w_dva = None
     if own is None:
         w = (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
@@ -155,7 +156,8 @@ def cva_allocations(levels, netted, plan, model, counterparty, estimator, own=No
         w, w_dva = bilateral_weights(plan.dates, model.rate, counterparty, own)
     cols = plan.exposure_cols
     out = []
-    for i, c in enumerate(plan.contracts):
+    for i in range(len(plan.contracts)) if members is None else members:
+        c = plan.contracts[i]
         row = {"contract": c.name, "quantity": c.quantity}
         for name, side, weights in (("cva", 1.0, w), ("dva", -1.0, w_dva)):
             if weights is None:

@@ -14,18 +14,22 @@ from cva.engine.nested import DateStats, Levels
 from cva.engine.plan import build_plan
 from cva.io.config import load_config
 from cva.market.model import BlackScholes
-from cva.xva.credit import Counterparty, shifted
-from cva.xva.measures import cva_functional
 
 
-def sensitivities(cfg, xp, chunk, plan, model, counterparty, own, netted, values, log=lambda msg: None) -> dict:
+def sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, desk=False,
+                  log=lambda msg: None) -> dict:
     """``{"delta": {asset: [value, stderr]}, "vega": {...}, "rho": [value, stderr], "cs01": [value, stderr]}``,
     the derivatives of the CVA per unit of spot, volatility, rate and hazard (the families ``cfg.sensitivities``
     gives a bump for); ``netted`` are the base run's netted levels, ``values`` maps a level's value cube to its
-    netted values (:meth:`cva.engine.nested.Levels.levels`)."""
+    netted values (:meth:`cva.engine.nested.Levels.levels`). ``functional(c, m, name, shift)`` is the per-path
+    CVA g of counterparty ``name`` for the config ``c`` and model ``m``, its hazards shifted by ``shift``;
+    ``floors`` the lowest hazard rate of each counterparty by name (a CS01 bump below it is one-sided). With
+    ``desk`` the result is ``{name: {...}}``, each counterparty's CS01 that of its own curve; else the one
+    counterparty's."""
     bumps, estimator = cfg.sensitivities, cfg.simulation.estimator
     sizes = [lv.paths for lv in netted]
     base = cfg.to_dict()
+    keys = list(floors)
 
     def engine(change):
         data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
@@ -41,15 +45,12 @@ def sensitivities(cfg, xp, chunk, plan, model, counterparty, own, netted, values
                     log, None, False)
         for li, n in enumerate(sizes):
             lv.ensure(li, n)
-        cp = Counterparty.from_config(c.require_counterparty(), m.rate)
-        me = None if c.own_credit is None else Counterparty.from_config(c.own_credit, m.rate)
-        return cva_functional(plan, m, cp, me), lv.levels(values)
+        return {k: functional(c, m, k, 0.0) for k in keys}, lv.levels(values)
 
-    def difference(up, down, width):
+    def difference(up, down, width, key):
         (g_up, l_up), (g_down, l_down) = up, down
-        pairs = [replace(a, sets=np.stack([a.sets, b.sets], axis=-2))
-                 for a, b in zip(l_up, l_down, strict=True)]
-        est = combine(pairs, lambda X: g_up(X[..., 0, :]) - g_down(X[..., 1, :]), estimator)
+        pairs = [replace(a, sets=np.stack([a.sets, b.sets], axis=2)) for a, b in zip(l_up, l_down, strict=True)]
+        est = combine(pairs, lambda X: g_up[key](X[:, 0]) - g_down[key](X[:, 1]), estimator)
         return [float(est["estimate"]) / width, float(est["stderr"]) / width]
 
     def setter(key, i, value):
@@ -62,31 +63,35 @@ def sensitivities(cfg, xp, chunk, plan, model, counterparty, own, netted, values
                 data["market"][key] = row
         return change
 
-    out = {}
-    base_g = (cva_functional(plan, model, counterparty, own), netted)
+    out = {k: {} for k in keys}
     if bumps.spot is not None:
-        out["delta"] = {}
         for i, s in enumerate(model.spot):
             h = bumps.spot * float(s)
             log(f"sensitivities: spot of asset {i} +- {h:g}")
-            out["delta"][f"asset {i}"] = difference(engine(setter("spot", i, float(s) + h)),
-                                                    engine(setter("spot", i, float(s) - h)), 2 * h)
+            up, down = engine(setter("spot", i, float(s) + h)), engine(setter("spot", i, float(s) - h))
+            for k in keys:
+                out[k].setdefault("delta", {})[f"asset {i}"] = difference(up, down, 2 * h, k)
     if bumps.vol is not None:
-        out["vega"] = {}
         for i, v in enumerate(model.vol):
             h = bumps.vol
             log(f"sensitivities: vol of asset {i} +- {h:g}")
-            down, width = (engine(setter("vol", i, float(v) - h)), 2 * h) if v >= h else (base_g, h)
-            out["vega"][f"asset {i}"] = difference(engine(setter("vol", i, float(v) + h)), down, width)
+            up = engine(setter("vol", i, float(v) + h))
+            if v >= h:
+                down, width = engine(setter("vol", i, float(v) - h)), 2 * h
+            else:                                                          # one-sided: the base run
+                down, width = ({k: functional(cfg, model, k, 0.0) for k in keys}, netted), h
+            for k in keys:
+                out[k].setdefault("vega", {})[f"asset {i}"] = difference(up, down, width, k)
     if bumps.rate is not None:
         h = bumps.rate
         log(f"sensitivities: rate +- {h:g}")
-        out["rho"] = difference(engine(setter("rate", None, model.rate + h)),
-                                engine(setter("rate", None, model.rate - h)), 2 * h)
+        up, down = engine(setter("rate", None, model.rate + h)), engine(setter("rate", None, model.rate - h))
+        for k in keys:
+            out[k]["rho"] = difference(up, down, 2 * h, k)
     if bumps.hazard is not None:
         h = bumps.hazard
-        down, width = (shifted(counterparty, -h), 2 * h) if np.min(counterparty.curve.rates) >= h else \
-            (counterparty, h)
-        out["cs01"] = difference((cva_functional(plan, model, shifted(counterparty, h), own), netted),
-                                 (cva_functional(plan, model, down, own), netted), width)
-    return out
+        for k in keys:
+            shift, width = (-h, 2 * h) if floors[k] >= h else (0.0, h)
+            out[k]["cs01"] = difference(({k: functional(cfg, model, k, h)}, netted),
+                                        ({k: functional(cfg, model, k, shift)}, netted), width, k)
+    return out if desk else out[keys[0]]
