@@ -1167,8 +1167,9 @@ def _book_input(data) -> tuple[dict, list[tuple[tuple, str]]]:
             ns = where.get((row["counterparty"], row["netting_set"]))
             if ns is None:
                 known = [n for (c, n) in where if c == row["counterparty"]]
-                what = (f"netting_set {row['netting_set']!r} is not one of {row['counterparty']!r}'s "
-                        f"({', '.join(map(repr, known))})" if known or row["counterparty"] in names else
+                what = (f"netting_set {row['netting_set']!r} is not a netting set of counterparty "
+                        f"{row['counterparty']!r} (it has {', '.join(map(repr, known))})"
+                        if known or row["counterparty"] in names else
                         f"counterparty {row['counterparty']!r} is not in counterparties")
                 problems.append((("trades_file",), f"row {row['row']}: {what}"))
                 continue

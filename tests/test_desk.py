@@ -1,0 +1,224 @@
+"""A desk in one run (``counterparties:``, ``trades_file:``): the single-netting-set form gives bitwise the numbers of
+its desk form; netting sets price as their separate runs; a hedged netting set has no exposure; an unreachable
+CSA threshold is the uncollateralized run; allocations add up; per-counterparty CS01 and delta against the
+closed form; the files; every input mistake in one line naming the key, the row or the column."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import cva
+from cva.engine.plan import build_plan
+from cva.instruments import analytic
+from cva.instruments.products import Contract
+from cva.io.config import ConfigError, load_config
+from cva.market.model import BlackScholes
+from cva.xva.credit import Counterparty
+from cva.xva.measures import cva_functional
+
+Z_MC = 4.5          # standard errors allowed to a Monte Carlo estimate (as in test_nested)
+MARKET = {"spot": [100.0, 95.0], "vol": [0.2, 0.3], "rate": 0.03, "correlation": 0.4}
+PUT = {"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 100.0, "maturity": 1.0,
+       "exercise_dates": 4}
+CALL = {"style": "european", "payoff": "call", "underlying": {"asset": 1}, "strike": 95.0, "maturity": 1.0}
+SIM = {"dates": 4, "outer_paths": 400, "inner_paths": 32}
+
+
+def _legacy(tmp_path, name, portfolio, credit, **extra):
+    return {"run": {"name": name, "seed": 11, "backend": "cpu"}, "market": MARKET, "portfolio": portfolio,
+            "counterparty": credit, "simulation": dict(SIM), "output": {"dir": str(tmp_path / name)}, **extra}
+
+
+def _desk(tmp_path, name, counterparties, **extra):
+    return {"run": {"name": name, "seed": 11, "backend": "cpu"}, "market": MARKET, "counterparties": counterparties,
+            "simulation": dict(SIM), "output": {"dir": str(tmp_path / name)}, **extra}
+
+
+def test_the_single_netting_set_form_is_its_desk_form_bitwise(tmp_path):
+    credit = {"recovery": 0.4, "hazard_rate": 0.02}
+    own = {"recovery": 0.5, "hazard_rate": 0.01}
+    port = [PUT, {**CALL, "quantity": -1.0}]
+    old = cva.run(_legacy(tmp_path, "old", port, credit, own_credit=own), progress=False)
+    new = cva.run(_desk(tmp_path, "new", [{"name": "C", **credit, "netting_sets": [{"name": "N", "portfolio": port}]}],
+                        own_credit=own), progress=False)
+    assert new.cva == old.cva and new.stderr == old.stderr and new.ci == old.ci
+    assert new.summary["dva"] == old.summary["dva"] and new.summary["dva_stderr"] == old.summary["dva_stderr"]
+    ns = new.summary["counterparties"]["C"]["netting_sets"]["N"]
+    np.testing.assert_array_equal(new.exposures["EE"], old.exposures["EE"])
+    assert ns["EPE"] == old.summary["EPE"] and ns["EEPE"] == old.summary["EEPE"]
+    for a, b in zip(new.summary["trades"], old.summary["trades"], strict=True):
+        assert a["cva_allocation"] == b["cva_allocation"] and a["dva_allocation"] == b["dva_allocation"]
+    # and the single form's summary carries the same counterparties block
+    assert old.summary["counterparties"]["counterparty"]["cva"] == old.cva
+
+
+def test_netting_sets_price_as_their_separate_runs(tmp_path):
+    """Two counterparties, one netting set each, on the same dates: each equals its own single run (the trades'
+    values do not depend on the other trades), the desk is their sum, its error from the per-path sums."""
+    a = {"recovery": 0.4, "hazard_rate": 0.02}
+    b = {"recovery": 0.3, "cds_spreads": {1: 0.01, 3: 0.015}}
+    pa, pb = [PUT], [{**CALL, "quantity": -2.0}, {**PUT, "strike": 95.0, "underlying": {"asset": 1}}]
+    desk = cva.run(_desk(tmp_path, "desk", [{"name": "A", **a, "netting_sets": [{"name": "a", "portfolio": pa}]},
+                                            {"name": "B", **b, "netting_sets": [{"name": "b", "portfolio": pb}]}]),
+                   progress=False)
+    alone_a = cva.run(_legacy(tmp_path, "a", pa, a), progress=False)
+    alone_b = cva.run(_legacy(tmp_path, "b", pb, b), progress=False)
+    cps = desk.summary["counterparties"]
+    assert cps["A"]["cva"] == pytest.approx(alone_a.cva, rel=1e-12)
+    assert cps["A"]["cva_stderr"] == pytest.approx(alone_a.stderr, rel=1e-12)
+    assert cps["B"]["cva"] == pytest.approx(alone_b.cva, rel=1e-12)
+    assert desk.cva == pytest.approx(alone_a.cva + alone_b.cva, rel=1e-12)
+    def extrapolated(run, config):                                        # 2 g(P) - (g(P_a) + g(P_b)) / 2 per path
+        c = load_config(config)
+        m = BlackScholes.from_market(c.market)
+        g = cva_functional(build_plan(c), m, Counterparty.from_config(c.counterparty, m.rate))
+        sets = run.levels[-1].sets
+        return 2 * g(sets[0]) - 0.5 * (g(sets[1]) + g(sets[2]))
+
+    per_path = (extrapolated(alone_a, _legacy(tmp_path, "a", pa, a))
+                + extrapolated(alone_b, _legacy(tmp_path, "b", pb, b)))
+    pairs = 0.5 * (per_path[0::2] + per_path[1::2])                         # same outer paths, antithetic pairs
+    assert desk.cva == pytest.approx(pairs.mean(), rel=1e-12)
+    assert desk.stderr == pytest.approx(pairs.std(ddof=1) / math.sqrt(pairs.size), rel=1e-10)
+
+
+def test_a_hedged_netting_set_has_no_exposure_and_an_unreachable_threshold_no_collateral(tmp_path):
+    credit = {"recovery": 0.4, "hazard_rate": 0.02}
+    sets = [{"name": "hedged", "portfolio": [CALL, {**CALL, "quantity": -1.0}]},
+            {"name": "plain", "portfolio": [PUT, CALL]},
+            {"name": "csa", "csa": {"threshold": 1e9, "margin_period_of_risk": "10d"}, "portfolio": [PUT, CALL]}]
+    res = cva.run(_desk(tmp_path, "d", [{"name": "C", **credit, "netting_sets": sets}]), progress=False)
+    ns = res.summary["counterparties"]["C"]["netting_sets"]
+    assert ns["hedged"]["cva"] == 0.0 and ns["hedged"]["EPE"] == 0.0
+    assert ns["csa"]["cva"] == ns["plain"]["cva"] == ns["csa"]["cva_uncollateralized"]
+    assert ns["csa"]["collateralized"] and not ns["plain"]["collateralized"]
+
+
+def test_allocations_add_up_to_each_netting_set(tmp_path):
+    credit = {"recovery": 0.4, "hazard_rate": 0.02}
+    sets = [{"name": "x", "portfolio": [PUT, {**CALL, "quantity": -1.0}]},
+            {"name": "y", "portfolio": [{**PUT, "underlying": "basket"}, CALL]}]
+    res = cva.run(_desk(tmp_path, "d", [{"name": "C", **credit, "netting_sets": sets}],
+                        own_credit={"recovery": 0.4, "hazard_rate": 0.01}), progress=False)
+    ns = res.summary["counterparties"]["C"]["netting_sets"]
+    for name in ("x", "y"):
+        rows = [t for t in res.summary["trades"] if t["netting_set"] == name]
+        assert len(rows) == 2
+        assert sum(t["cva_allocation"] for t in rows) == pytest.approx(ns[name]["cva"], rel=1e-10, abs=1e-15)
+        assert sum(t["dva_allocation"] for t in rows) == pytest.approx(ns[name]["dva"], rel=1e-10, abs=1e-15)
+
+
+def test_sensitivities_per_counterparty_against_the_closed_form(tmp_path):
+    """Long European calls, one counterparty each: CVA_c = (1 - R_c) C_c(0) (1 - e^{-lambda_c T}) on the exposure
+    grid, so dCVA_c / dlambda_c = (1 - R_c) C_c(0) T e^{-lambda_c T} (its own curve only) and dCVA_c / dS_i =
+    (1 - R_c) (1 - e^{-lambda_c T}) Delta_i for the call on asset i, 0 for the other asset."""
+    m = BlackScholes(spot=MARKET["spot"], vol=MARKET["vol"], dividend=[0.0, 0.0], rate=0.03, correlation=0.4)
+    calls = [{"style": "european", "payoff": "call", "underlying": {"asset": i}, "strike": 100.0, "maturity": 1.0}
+             for i in (0, 1)]
+    cps = [{"name": f"C{i}", "recovery": r, "hazard_rate": lam, "netting_sets": [{"name": f"n{i}",
+                                                                                  "portfolio": [calls[i]]}]}
+           for i, (r, lam) in enumerate([(0.4, 0.02), (0.3, 0.05)])]
+    cfg = _desk(tmp_path, "s", cps, sensitivities={"spot": 0.01, "hazard": 0.0001})
+    cfg["simulation"]["outer_paths"] = 2000
+    res = cva.run(cfg, progress=False)
+    sens = res.summary["sensitivities"]
+    for i, (r, lam) in enumerate([(0.4, 0.02), (0.3, 0.05)]):
+        c = analytic.closed_form_price(Contract("european", "call", "asset", 100.0, 1.0, asset=i), m)
+        h = 1e-4 * m.spot[i]
+        delta = (analytic.closed_form_price(Contract("european", "call", "asset", 100.0, 1.0, asset=i),
+                                            BlackScholes(spot=[s + (h if k == i else 0) for k, s in enumerate(m.spot)],
+                                                         vol=m.vol, dividend=[0.0, 0.0], rate=0.03, correlation=0.4))
+                 - c) / h
+        cs01, se = sens[f"C{i}"]["cs01"]
+        assert abs(cs01 - (1 - r) * c * math.exp(-lam)) < Z_MC * se + 1e-3 * abs(cs01), (cs01, se)
+        d, dse = sens[f"C{i}"]["delta"][f"asset {i}"]
+        assert abs(d - (1 - r) * (1 - math.exp(-lam)) * delta) < Z_MC * dse + 1e-3, (d, dse, delta)
+        other, ose = sens[f"C{i}"]["delta"][f"asset {1 - i}"]
+        assert abs(other) < Z_MC * ose + 1e-12
+
+
+def test_trades_file_and_the_run_directory(tmp_path):
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "trades.csv").write_text(
+        "id,counterparty,netting_set,style,payoff,underlying,strike,maturity,exercise_dates,quantity,weights\n"
+        "T1,A,a one,bermudan,put,asset 0,100,1.0,4,1,\n"
+        "T2,A,a/two,european,call,1,95,1.0,,-1,\n"
+        "T3,B,b,bermudan,put,basket,100,1.0,4,1,1;2\n")
+    desk = _desk(tmp_path, "run", [{"name": "A", "recovery": 0.4, "hazard_rate": 0.02,
+                                    "netting_sets": [{"name": "a one"}, {"name": "a/two"}]},
+                                   {"name": "B", "recovery": 0.4, "hazard_rate": 0.03,
+                                    "netting_sets": [{"name": "b"}]}],
+                 trades_file="trades.csv")
+    path = tmp_path / "cfg" / "desk.yaml"
+    path.write_text(json.dumps(desk))                                      # YAML is a superset of JSON
+    cfg = load_config(path)                                                # trades_file relative to the YAML file
+    assert [c.name for c in cfg.portfolio] == ["T1", "T2", "T3"]
+    assert cfg.portfolio[2].weights == (1.0, 2.0) and cfg.portfolio[1].asset == 1
+    assert load_config(cfg.to_dict()).portfolio == cfg.portfolio            # the trades travel in the dict
+    res = cva.run(path, progress=False)
+    out = res.out_dir
+    assert sorted(p.name for p in (out / "exposures").iterdir()) == ["a_one.csv", "a_two.csv", "b.csv"]
+    html = (out / "report.html").read_text()
+    assert "a one" in html and "a/two" in html and html.count("<img") == 3
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "complete" and set(s["counterparties"]) == {"A", "B"}
+    # overwrite removes the earlier run's exposures, and nothing else of the user's
+    (out / "exposures" / "notes.txt").write_text("mine")
+    cfg2 = dict(desk, counterparties=[desk["counterparties"][1]])
+    cfg2["trades_file"] = str(tmp_path / "cfg" / "b_only.csv")
+    (tmp_path / "cfg" / "b_only.csv").write_text((tmp_path / "cfg" / "trades.csv").read_text().splitlines()[0] + "\n"
+                                                 + "T3,B,b,bermudan,put,basket,100,1.0,4,1,1;2\n")
+    cva.run(cfg2, overwrite=True, progress=False)
+    assert sorted(p.name for p in (out / "exposures").iterdir()) == ["b.csv", "notes.txt"]
+
+
+CSV_HEAD = "id,counterparty,netting_set,style,payoff,underlying,strike,maturity,exercise_dates,quantity\n"
+
+
+@pytest.mark.parametrize("rows, words", [
+    ("T1,Z,a,european,call,0,100,1,,1\n", r"trades_file: row 2: counterparty 'Z' is not in counterparties"),
+    ("T1,A,zz,european,call,0,100,1,,1\n", r"trades_file: row 2: netting_set 'zz' is not a netting set of "
+                                           r"counterparty 'A' \(it has 'a'\)"),
+    ("T1,A,a,european,call,0,abc,1,,1\n", r"trades_file: row 2, column strike: 'abc' is not a number"),
+    ("T1,A,a,european,call,0,100,1,,1\nT1,A,a,european,put,0,100,1,,1\n", r"'T1' is used twice \(also at trades_file "
+                                                                         r"row 2\) \(trades_file row 3\)"),
+    ("T1,A,a,european,call,0,-5,1,,1\n", r"trades_file: row 2, column strike: must be > 0"),
+    ("T1,A,a,european,call,7,100,1,,1\n", r"underlying.asset: 7 is out of range.*\(trades_file row 2\)"),
+])
+def test_trades_file_errors_name_the_row_and_column(tmp_path, rows, words):
+    (tmp_path / "t.csv").write_text(CSV_HEAD + rows)
+    cfg = _desk(tmp_path, "e", [{"name": "A", "hazard_rate": 0.02, "netting_sets": [{"name": "a"}]}],
+                trades_file=str(tmp_path / "t.csv"))
+    with pytest.raises(ConfigError, match=words):
+        load_config(cfg)
+
+
+def test_a_csv_without_its_columns(tmp_path):
+    (tmp_path / "t.csv").write_text("id,counterparty,style\nT1,A,european\n")
+    cfg = _desk(tmp_path, "e", [{"name": "A", "hazard_rate": 0.02, "netting_sets": [{"name": "a"}]}],
+                trades_file=str(tmp_path / "t.csv"))
+    with pytest.raises(ConfigError, match=r"trades_file: .*t.csv: missing columns netting_set, payoff"):
+        load_config(cfg)
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda c: c.update(portfolio=[PUT]), r"portfolio: a desk with counterparties gives it under counterparties"),
+    (lambda c: c["counterparties"][0]["netting_sets"][0].update(csa={"threshold": -1, "margin_period_of_risk": 0.1}),
+     r"counterparties\[0\].netting_sets\[0\].csa.threshold: must be >= 0"),
+    (lambda c: c["counterparties"][0]["netting_sets"][0].update(csa={"margin_period_of_risk": 2.0}),
+     r"counterparties\[0\].netting_sets\[0\].csa.margin_period_of_risk: 2 years is not shorter than the horizon"),
+    (lambda c: c["counterparties"][0]["netting_sets"][0]["portfolio"].append({**CALL, "id": "P"}),
+     r"counterparties\[0\].netting_sets\[0\].portfolio\[1\].id: 'P' is used twice"),
+    (lambda c: c["counterparties"].append(dict(c["counterparties"][0])),
+     r"counterparties\[1\].name: 'A' is also counterparties\[0\]"),
+    (lambda c: c["counterparties"][0]["netting_sets"][0]["portfolio"][0].update(strike=0),
+     r"counterparties\[0\].netting_sets\[0\].portfolio\[0\].strike: must be > 0"),
+])
+def test_desk_config_errors_name_the_key(tmp_path, change, words):
+    cfg = _desk(tmp_path, "e", [{"name": "A", "hazard_rate": 0.02,
+                                 "netting_sets": [{"name": "a", "portfolio": [{**PUT, "id": "P"}]}]}])
+    change(cfg)
+    with pytest.raises(ConfigError, match=words):
+        load_config(cfg)
