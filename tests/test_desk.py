@@ -5,6 +5,7 @@ closed form; the files; every input mistake in one line naming the key, the row 
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -222,3 +223,22 @@ def test_desk_config_errors_name_the_key(tmp_path, change, words):
     change(cfg)
     with pytest.raises(ConfigError, match=words):
         load_config(cfg)
+
+
+def test_the_shipped_desk_runs(tmp_path):
+    """configs/desk.yaml with its trades file, at 128 outer paths: every counterparty, netting set and sensitivity
+    family in the summary, the sums consistent, a file per netting set."""
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "desk.yaml").to_dict()
+    cfg["simulation"]["outer_paths"] = 128
+    cfg["run"]["backend"] = "cpu"
+    cfg["output"] = {"dir": str(tmp_path / "desk")}
+    res = cva.run(cfg, progress=False)
+    s = res.summary
+    assert len(s["counterparties"]) == 4 and s["netting_sets"] == 6 and len(s["trades"]) == 16
+    assert sum(c["cva"] for c in s["counterparties"].values()) == pytest.approx(s["cva"], rel=1e-12)
+    for name, c in s["counterparties"].items():
+        assert sum(ns["cva"] for ns in c["netting_sets"].values()) == pytest.approx(c["cva"], rel=1e-12)
+        assert set(s["sensitivities"][name]) == {"delta", "vega", "rho", "cs01"}
+        assert len(s["sensitivities"][name]["delta"]) == 3
+    assert sum(ns["collateralized"] for c in s["counterparties"].values() for ns in c["netting_sets"].values()) == 3
+    assert len(list((tmp_path / "desk" / "exposures").glob("*.csv"))) == 6
