@@ -23,6 +23,7 @@ from cva.engine.plan import (
     netting_order,
     run_cost,
 )
+from cva.engine.pricing import price
 from cva.io import desk_report, report, rundir
 from cva.io.config import load_config
 from cva.io.report import RunResult
@@ -146,8 +147,11 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             floors = {name: float(np.min(cp.curve.rates)) for name, cp in credits.items()}
             sens = sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, cfg.is_desk, log)
         if cfg.is_desk:
+            log(f"pricing the {len(plan.contracts)} trades at t = 0 ({cfg.simulation.pricing_paths} paths each)")
+            prices = price(cfg, backend="cpu" if xp is np else "gpu")
             result = desk_report.finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, device=device,
-                                        chunk=chunk, elapsed=elapsed, manifest=manifest, own=own, sensitivities=sens)
+                                        chunk=chunk, elapsed=elapsed, manifest=manifest, own=own, sensitivities=sens,
+                                        prices=prices)
         else:
             trades = [] if cfg.csa is not None else cva_allocations(lv.levels(), netted, plan, model, counterparty,
                                                                        cfg.simulation.estimator, own)

@@ -288,7 +288,8 @@ class ReferenceCVA:
 
 def reference_cva(config, paths="engine", outer_paths=None, seed=0, first=0, **options) -> ReferenceCVA:
     """CVA with the exact values on outer paths: ``"engine"`` (the engine's own from key ``first`` on, common
-    random numbers with ``cva.run``; with antithetic outer paths the standard error from the pair means), ``"numpy"`` (``numpy_outer_paths(seed)``) or an array (L, G)."""
+    random numbers with ``cva.run``; with antithetic outer paths the standard error from the pair means),
+    ``"numpy"`` (``numpy_outer_paths(seed)``) or an array (L, G)."""
     if isinstance(paths, str):
         if paths not in ("engine", "numpy"):
             raise ValueError(f"paths must be 'engine', 'numpy' or an array, got {paths!r}")

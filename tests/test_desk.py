@@ -160,6 +160,13 @@ def test_trades_file_and_the_run_directory(tmp_path):
     assert load_config(cfg.to_dict()).portfolio == cfg.portfolio            # the trades travel in the dict
     res = cva.run(path, progress=False)
     out = res.out_dir
+    trades = {t["contract"]: t for t in res.summary["trades"]}
+    m = BlackScholes(spot=MARKET["spot"], vol=MARKET["vol"], dividend=[0.0, 0.0], rate=0.03, correlation=0.4)
+    call = analytic.closed_form_price(Contract("european", "call", "asset", 95.0, 1.0, asset=1), m)
+    assert trades["T2"]["value_t0"] == pytest.approx(-call, rel=1e-12) and trades["T2"]["value_t0_stderr"] == 0
+    put = analytic.closed_form_price(Contract("european", "put", "asset", 100.0, 1.0, asset=0), m)
+    t1 = trades["T1"]                                          # a Bermudan put is worth more than the European
+    assert t1["value_t0"] > put - Z_MC * t1["value_t0_stderr"] and t1["value_t0_stderr"] > 0
     assert sorted(p.name for p in (out / "exposures").iterdir()) == ["a_one.csv", "a_two.csv", "b.csv"]
     html = (out / "report.html").read_text()
     assert "a one" in html and "a/two" in html and html.count("<img") == 3

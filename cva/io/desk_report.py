@@ -12,6 +12,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from cva.engine.estimators import combine, decay_warnings, level_table
@@ -21,8 +22,8 @@ from cva.xva import measures
 from cva.xva.desk import desk_measures
 
 OUTPUTS = ("exposures/*.csv",)
-TRADE_COLUMNS = ["counterparty", "netting_set", "contract", "quantity", "cva_allocation", "cva_allocation_stderr",
-                 "dva_allocation", "dva_allocation_stderr"]
+TRADE_COLUMNS = ["counterparty", "netting_set", "contract", "quantity", "value_t0", "value_t0_stderr", "cva_allocation",
+                 "cva_allocation_stderr", "dva_allocation", "dva_allocation_stderr"]
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Desk xVA report: {{ s.name }}</title>
@@ -88,8 +89,10 @@ alt="exposure of {{ ns_name }}">{% endfor %}
 {% endfor %}</table>
 <p class="note">Central differences with common random numbers; standard errors of the paired differences.</p>
 {% endif %}
-<h2 id="trades">Trades: Euler allocation</h2>
-<p class="note">Per trade of an uncollateralized netting set, (1 - R) &sum;<sub>k</sub> D(t<sub>k</sub>)
+<h2 id="trades">Trades: value today and Euler allocation</h2>
+<p class="note">value_t0: the trade's value at t = 0 (quantity x price; Longstaff-Schwartz on the pricing paths for
+Bermudan and American trades, the closed form for European ones where there is one). Per trade of an uncollateralized
+netting set, (1 - R) &sum;<sub>k</sub> D(t<sub>k</sub>)
 q<sub>k</sub> E[q<sub>i</sub> V<sub>i</sub>(t<sub>k</sub>) 1{P(t<sub>k</sub>) &gt; 0}]: the allocations of a
 netting set add up to its CVA. Netting sets under a CSA are not allocated.</p>
 {{ trades_html|safe }}
@@ -119,9 +122,10 @@ def file_names(names) -> list[str]:
 
 
 def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, device, chunk, elapsed, manifest, own=None,
-           sensitivities=None):
+           sensitivities=None, prices=None):
     """The desk's measures (:func:`cva.xva.desk.desk_measures`), allocations and files, summary.json last; the
-    RunResult (``cva`` the desk's, ``exposures`` every netting set's profile with its names)."""
+    RunResult (``cva`` the desk's, ``exposures`` every netting set's profile with its names). ``prices``: the
+    trades' t = 0 prices (:func:`cva.engine.pricing.price`, one row per trade in portfolio order)."""
     estimator, q = cfg.simulation.estimator, cfg.output.pfe_quantile
     quantities, order = [c.quantity for c in plan.contracts], netting_order(plan)
     raw = lv.levels(book.values(plan, quantities, order, collateral=False)) if any(
@@ -138,7 +142,8 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
                                             book.credits[e.counterparty], estimator, own, members=e.members)
         else:
             rows = [{"contract": plan.contracts[i].name, "quantity": plan.contracts[i].quantity} for i in e.members]
-        trades += [{"counterparty": e.counterparty, "netting_set": e.name, **r} for r in rows]
+        for i, r in zip(e.members, rows, strict=True):
+            trades.append({"counterparty": e.counterparty, "netting_set": e.name, **r, **_value_t0(prices, plan, i)})
     solver = report.solver_table(plan, stats)
     totals = {m: int(solver[m].sum()) for m in ("ldlt", "householder_pcr", "eig_truncate", "none")}
     sets, n_paths = cube[-1].sets.shape[0], sum(lv_.paths for lv_ in netted)
@@ -185,6 +190,16 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
     return report.RunResult(cva=summary["cva"], stderr=summary["stderr"], ci=(summary["ci_low"], summary["ci_high"]),
                             exposures=exposures, solver_stats=solver, summary=summary, out_dir=out_dir, values=vals,
                             contributions=g(vals), levels=netted)
+
+
+def _value_t0(prices, plan, i) -> dict:
+    """Trade i's value today: quantity x the closed form where one exists, else x the Monte Carlo price."""
+    if prices is None:
+        return {}
+    q, row = plan.contracts[i].quantity, prices.iloc[i]
+    if np.isfinite(row["closed_form"]):
+        return {"value_t0": q * float(row["closed_form"]), "value_t0_stderr": 0.0}
+    return {"value_t0": q * float(row["price"]), "value_t0_stderr": abs(q) * float(row["stderr"])}
 
 
 def _plot(prof, title):
