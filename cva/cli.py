@@ -97,6 +97,9 @@ def _build_parser() -> _Parser:
     p.add_argument("--inner", type=_paths, metavar="N", help="override simulation.inner_paths")
     p.add_argument("--dtype", choices=("float32", "float64"), help="override run.dtype")
     p.add_argument("--estimator", choices=("extrapolated", "mlmc", "plain"), help="override simulation.estimator")
+    p.add_argument("--cluster", metavar="SPEC",
+                   help="override run.cluster: the outer chunks as dask tasks on local, local:N, local-cuda or "
+                        "tcp://HOST:PORT")
     p.add_argument("--chunk", type=_chunk, metavar="N",
                    help="outer paths per chunk, >= 2 (default: simulation.chunk, else with --resume the "
                         "interrupted run's, else from free memory)")
@@ -199,11 +202,11 @@ def _check_run_dir(args, config):
 
 
 def _with_overrides(config, args):
-    """The config with the command line's --seed, --outer, --inner, --dtype, --estimator (validated again: a
+    """The config with the command line's --seed, --outer, --inner, --dtype, --estimator, --cluster (validated again: a
     ConfigError names the key)."""
     keys = {("run", "seed"): args.seed, ("simulation", "outer_paths"): args.outer,
             ("simulation", "inner_paths"): args.inner, ("run", "dtype"): args.dtype,
-            ("simulation", "estimator"): args.estimator}
+            ("simulation", "estimator"): args.estimator, ("run", "cluster"): getattr(args, "cluster", None)}
     if all(v is None for v in keys.values()):
         return config
     data = config.to_dict()
@@ -233,7 +236,7 @@ def _cmd_run(args) -> int:
         again = ["cva", "run", args.config, "--out", args.out or config.output.dir, "--resume"]
         again += ["--backend", args.backend] if args.backend else []
         again += ["--chunk", str(args.chunk)] if args.chunk else []
-        for flag in ("seed", "outer", "inner", "dtype", "estimator"):
+        for flag in ("seed", "outer", "inner", "dtype", "estimator", "cluster"):
             again += [f"--{flag}", str(getattr(args, flag))] if getattr(args, flag) is not None else []
         print(f"cva: interrupted; the finished chunks are saved: continue with {shlex.join(again)}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from cva.backend import resolve_backend
+from cva.engine.cluster import Executor, connected, workers
 from cva.engine.nested import STAGES, DateStats, Levels, sample_levels
 from cva.engine.plan import (
     COST_LIMIT_SECONDS,
@@ -44,7 +45,7 @@ def _progress(total, initial, enabled):
 
 
 def run(config, out=None, backend=None, resume=False, chunk=None, progress=True, log=None, overwrite=False,
-        keep_chunks=False, confirm=False, write=True) -> RunResult:
+        keep_chunks=False, confirm=False, write=True, cluster=None) -> RunResult:
     """Run the nested Monte Carlo CVA of ``config`` and write the run directory (:mod:`cva.io.rundir`).
 
     The estimator (``simulation.estimator``, :mod:`cva.engine.estimators`) removes the bias of the finite inner
@@ -66,6 +67,9 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     keep_chunks : keep the chunk files after the run is complete (default: removed).
     confirm : run even when :func:`run_cost` estimates more than :data:`COST_LIMIT_SECONDS` (else a ValueError).
     write : False computes the result without a run directory (no files, no resume; ``result.out_dir`` None).
+    cluster : run the outer chunks as tasks on dask.distributed (default ``run.cluster``): ``"local"``,
+        ``"local:N"``, ``"local-cuda"``, a scheduler address, or a ``distributed.Client``
+        (:mod:`cva.engine.cluster`); the values are bitwise those of one process.
     """
     if log is None:
         log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
@@ -89,7 +93,11 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         rundir.read_manifest(out_dir / rundir.MANIFEST)                      # the one-line "does not exist"
     if write:
         out_dir.mkdir(parents=True, exist_ok=True)
-    with rundir.locked(out_dir) if write else contextlib.nullcontext():
+    spec = cluster if cluster is not None else cfg.run.cluster
+    with rundir.locked(out_dir) if write else contextlib.nullcontext(), connected(spec) as client:
+        executor = None if client is None else Executor(client, cfg, "cpu" if xp is np else "gpu")
+        if client is not None:
+            log(f"cluster: {workers(client)} workers ({client.scheduler.address})")
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
         chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
                     or chunk_size(plan, model.d, dtype.itemsize, xp))
@@ -125,7 +133,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 return net_of_collateral(net(cube, quantities, order), plan, cfg.csa)
 
         try:
-            lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume)
+            lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume, executor)
             sample_levels(cfg, lv, g, log, values)
         finally:
             if bar is not None:
@@ -145,7 +153,8 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 return lambda X: sum(g(X[..., j, :]) for j in which)
 
             floors = {name: float(np.min(cp.curve.rates)) for name, cp in credits.items()}
-            sens = sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, cfg.is_desk, log)
+            sens = sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, cfg.is_desk, log,
+                                 client)
         if cfg.is_desk:
             log(f"pricing the {len(plan.contracts)} trades at t = 0 ({cfg.simulation.pricing_paths} paths each)")
             prices = price(cfg, backend="cpu" if xp is np else "gpu")

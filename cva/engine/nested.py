@@ -191,8 +191,9 @@ class Levels:
     chunks as the uninterrupted one.
     """
 
-    def __init__(self, cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume):
-        self.cfg, self.plan, self.model, self.xp = cfg, plan, model, xp
+    def __init__(self, cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume,
+                 executor=None):
+        self.cfg, self.plan, self.model, self.xp, self.executor = cfg, plan, model, xp, executor
         self.out_dir, self.hash, self.chunk = out_dir, manifest["config_hash"], chunk
         self.stats, self.timings, self.log, self.bar = stats, timings, log, bar
         self.specs = level_specs(cfg)
@@ -216,15 +217,21 @@ class Levels:
         return sum(p.shape[1] for p in self.parts[li])
 
     def ensure(self, li, n):
-        """Level ``li`` has at least ``n`` outer paths."""
+        """Level ``li`` has at least ``n`` outer paths: the chunks still missing are read back (resume), computed
+        here one after the other, or computed on the cluster of ``executor`` (:mod:`cva.engine.cluster`) as
+        tasks and taken in order; either way the same values."""
         if n > MLMC_LEVEL_PATHS:
             raise ValueError(f"level {li} of the estimator needs {n} outer paths, more than {MLMC_LEVEL_PATHS}: "
                              f"ask for a larger simulation.target_rmse or fewer outer paths")
-        M, splits = self.specs[li]
-        plan, dtype = self.plan, np.dtype(self.cfg.run.dtype)
-        while (l0 := self.have(li)) < n:
-            i, Lc = len(self.parts[li]), min(self.chunk, n - l0)
-            saved = self.loaded.get(li, [])
+        requests, l0 = [], self.have(li)
+        while l0 < n:
+            Lc = min(self.chunk, n - l0)
+            requests.append((len(self.parts[li]) + len(requests), l0, Lc))
+            l0 += Lc
+        saved = self.loaded.get(li, [])
+        todo = [r for r in requests if r[0] >= len(saved)]
+        done = self._distributed(li, todo) if self.executor is not None and todo else {}
+        for i, l0, Lc in requests:
             if i < len(saved):
                 values, meta = saved[i]
                 if meta.get("l0") != l0 or values.shape[1] != Lc:
@@ -237,34 +244,71 @@ class Levels:
                 self.parts[li].append(values)
                 self._tick()
                 continue
-            t0 = time.perf_counter()
-            chunk_stats, chunk_timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
-            try:
-                values = chunk_values(self.cfg, plan, self.model, self.xp, li * MLMC_LEVEL_PATHS + l0, Lc,
-                                      chunk_stats, chunk_timings, inner_paths=M, splits=splits,
-                                      cond_sample=COND_SAMPLE - l0 if li == self.cond_level else 0)
-            except MemoryError as exc:
-                need = bytes_per_outer_path(plan, self.model.d, dtype.itemsize) * Lc / 2**30
-                fix = "simulation.inner_paths" + ("" if Lc <= 2 else " or the chunk (--chunk, simulation.chunk)")
-                raise MemoryError(f"out of memory in level {li} ({Lc} outer x {M} inner paths, outer paths {l0}.."
-                                  f"{l0 + Lc - 1}, about {need:,.1f} GiB by the chunk estimate): {exc}; lower {fix}"
-                                  ) from exc
-            if not np.isfinite(values).all():
-                raise ValueError(f"the netting-set values are not finite (level {li}, outer paths {l0}.."
-                                 f"{l0 + Lc - 1}): an input overflows {dtype.name} (spot, strike, quantity or vol "
-                                 f"too large)")
-            seconds = time.perf_counter() - t0
-            t_io = time.perf_counter()
-            if self.out_dir is not None:
-                rundir.save_chunk(self.out_dir, li, i, values, {"l0": l0, "stats": chunk_stats.to_json(),
-                                                                "timings": chunk_timings, "seconds": seconds},
-                                  self.hash)
-            chunk_timings["io"] += time.perf_counter() - t_io
-            self.stats.merge_json(chunk_stats.to_json())
-            _add_timings(self.timings, chunk_timings)
+            values, stats, timings, seconds = done[i] if i in done else self._compute(li, l0, Lc)
+            if self.executor is None:
+                self._save(li, i, l0, values, stats, timings, seconds)
+            self.stats.merge_json(stats)
+            _add_timings(self.timings, timings)
             self.seconds[li] += seconds
             self.parts[li].append(values)
-            self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s")
+            if self.executor is None:
+                self._tick(f"level {li} ({self.specs[li][0]} inner paths): outer paths {l0}..{l0 + Lc - 1} in "
+                           f"{seconds:.2f} s")
+
+    def _cond_sample(self, li, l0):
+        return COND_SAMPLE - l0 if li == self.cond_level else 0
+
+    def _compute(self, li, l0, Lc):
+        """One chunk in this process: (values, stats, timings, seconds)."""
+        M, splits = self.specs[li]
+        plan, dtype = self.plan, np.dtype(self.cfg.run.dtype)
+        t0 = time.perf_counter()
+        chunk_stats, chunk_timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
+        try:
+            values = chunk_values(self.cfg, plan, self.model, self.xp, li * MLMC_LEVEL_PATHS + l0, Lc,
+                                  chunk_stats, chunk_timings, inner_paths=M, splits=splits,
+                                  cond_sample=self._cond_sample(li, l0))
+        except MemoryError as exc:
+            need = bytes_per_outer_path(plan, self.model.d, dtype.itemsize) * Lc / 2**30
+            fix = "simulation.inner_paths" + ("" if Lc <= 2 else " or the chunk (--chunk, simulation.chunk)")
+            raise MemoryError(f"out of memory in level {li} ({Lc} outer x {M} inner paths, outer paths {l0}.."
+                              f"{l0 + Lc - 1}, about {need:,.1f} GiB by the chunk estimate): {exc}; lower {fix}"
+                              ) from exc
+        self._check_finite(values, li, l0, Lc)
+        return values, chunk_stats.to_json(), chunk_timings, time.perf_counter() - t0
+
+    def _check_finite(self, values, li, l0, Lc):
+        if not np.isfinite(values).all():
+            raise ValueError(f"the netting-set values are not finite (level {li}, outer paths {l0}..{l0 + Lc - 1}): "
+                             f"an input overflows {self.cfg.run.dtype} (spot, strike, quantity or vol too large)")
+
+    def _save(self, li, i, l0, values, stats, timings, seconds):
+        t_io = time.perf_counter()
+        if self.out_dir is not None:
+            rundir.save_chunk(self.out_dir, li, i, values, {"l0": l0, "stats": stats, "timings": timings,
+                                                            "seconds": seconds}, self.hash)
+        timings["io"] = timings.get("io", 0.0) + time.perf_counter() - t_io
+
+    def _distributed(self, li, todo) -> dict:
+        """The chunks ``todo`` [(index, l0, Lc)] as cluster tasks: each saved as it finishes (a resume takes the
+        finished prefix), returned by index; an interrupt cancels the rest."""
+        M, splits = self.specs[li]
+        futures = {self.executor.submit(li, i, li * MLMC_LEVEL_PATHS + l0, Lc, M, splits, self._cond_sample(li, l0)):
+                   (i, l0, Lc) for i, l0, Lc in todo}
+        done = {}
+        try:
+            for future, (values, stats, timings, seconds) in self.executor.completed(list(futures)):
+                i, l0, Lc = futures[future]
+                self._check_finite(values, li, l0, Lc)
+                self._save(li, i, l0, values, stats, timings, seconds)
+                done[i] = (values, stats, timings, seconds)
+                self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s "
+                           f"(cluster task)")
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        return done
 
     def _tick(self, line=None):
         if self.bar is not None:

@@ -378,6 +378,14 @@ def _schema_order(cls, loc) -> tuple:
     return tuple(key)
 
 
+def _cluster(v):
+    if not isinstance(v, str) or not (v in ("local", "local-cuda") or re.fullmatch(r"local:[1-9][0-9]*", v)
+                                      or re.fullmatch(r"(tcp|tls|ucx|inproc)://\S+", v)):
+        raise _fail(f"must be local, local:N, local-cuda or a scheduler address such as tcp://host:8786, "
+                    f"got {_show(v)}")
+    return v
+
+
 class Run(_Section):
     """``run``: name, seed, backend and dtype of the run."""
 
@@ -389,6 +397,9 @@ class Run(_Section):
         "auto", description="auto: the GPU when CuPy finds one, else the CPU")
     dtype: Literal["float32", "float64"] = Field(
         "float64", description="the paths' precision (the regressions' is regression.dtype)")
+    cluster: Annotated[str, BeforeValidator(_cluster)] | None = Field(
+        None, description="run the outer chunks as dask.distributed tasks: local (worker processes; local:N for N), "
+                          "local-cuda (a worker per GPU) or tcp://HOST:PORT (a running scheduler); default none")
 
     @field_validator("name")
     @classmethod

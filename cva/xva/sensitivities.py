@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from cva.engine.cluster import Executor
 from cva.engine.estimators import combine
 from cva.engine.nested import DateStats, Levels
 from cva.engine.plan import build_plan
@@ -17,7 +18,7 @@ from cva.market.model import BlackScholes
 
 
 def sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, desk=False,
-                  log=lambda msg: None) -> dict:
+                  log=lambda msg: None, client=None) -> dict:
     """``{"delta": {asset: [value, stderr]}, "vega": {...}, "rho": [value, stderr], "cs01": [value, stderr]}``,
     the derivatives of the CVA per unit of spot, volatility, rate and hazard (the families ``cfg.sensitivities``
     gives a bump for); ``netted`` are the base run's netted levels, ``values`` maps a level's value cube to its
@@ -25,7 +26,7 @@ def sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floor
     CVA g of counterparty ``name`` for the config ``c`` and model ``m``, its hazards shifted by ``shift``;
     ``floors`` the lowest hazard rate of each counterparty by name (a CS01 bump below it is one-sided). With
     ``desk`` the result is ``{name: {...}}``, each counterparty's CS01 that of its own curve; else the one
-    counterparty's."""
+    counterparty's. With a dask ``client`` the bumped runs' chunks are cluster tasks."""
     bumps, estimator = cfg.sensitivities, cfg.simulation.estimator
     sizes = [lv.paths for lv in netted]
     base = cfg.to_dict()
@@ -41,8 +42,9 @@ def sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floor
             data["simulation"].pop("target_rmse", None)
         c = load_config(data)
         m = BlackScholes.from_market(c.market)
+        executor = None if client is None else Executor(client, c, "cpu" if xp is np else "gpu")
         lv = Levels(c, build_plan(c), m, xp, None, {"config_hash": ""}, chunk, DateStats(len(plan.grid)), {},
-                    log, None, False)
+                    log, None, False, executor)
         for li, n in enumerate(sizes):
             lv.ensure(li, n)
         return {k: functional(c, m, k, 0.0) for k in keys}, lv.levels(values)

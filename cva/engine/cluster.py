@@ -1,0 +1,122 @@
+"""Outer chunks as tasks on ``dask.distributed``: the cluster a run uses (``run.cluster``, ``cva run --cluster``) and
+the task that computes one chunk on a worker, the same function as in one process
+(:func:`cva.engine.nested.chunk_values`), so the per-path values are bitwise those of a single-process run.
+
+``local`` starts a ``LocalCluster`` of worker processes (one thread each; ``local:N`` for N workers),
+``local-cuda`` a ``dask_cuda.LocalCUDACluster`` (one worker per visible GPU, pinned), and ``tcp://HOST:PORT``
+connects to a running scheduler (started by ``dask-jobqueue`` on Slurm, by Dask-Kubernetes, or by hand).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import time
+import uuid
+
+from cva.engine.nested import STAGES, DateStats, chunk_values
+
+TIMEOUT = "20s"            # connecting to a scheduler
+
+
+class ClusterError(ValueError):
+    """The cluster cannot be started or reached (one line, naming the address)."""
+
+
+def is_client(obj) -> bool:
+    return type(obj).__name__ == "Client" and type(obj).__module__.startswith("distributed")
+
+
+@contextlib.contextmanager
+def connected(spec):
+    """A ``distributed.Client`` for ``spec`` (a string above, or a Client, used as is and left open)."""
+    if spec is None or is_client(spec):
+        yield spec
+        return
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError as exc:                                      # pragma: no cover - a dependency
+        raise ClusterError(f"run.cluster {spec!r} needs dask[distributed]: {exc}") from None
+    cluster = None
+    try:
+        if spec == "local-cuda":
+            try:
+                from dask_cuda import LocalCUDACluster
+            except ImportError as exc:
+                raise ClusterError(f"run.cluster local-cuda needs dask-cuda (the gpu extra): {exc}") from None
+            cluster = LocalCUDACluster(dashboard_address=None)
+            client = Client(cluster)
+        elif spec == "local" or spec.startswith("local:"):
+            n = int(spec.split(":", 1)[1]) if ":" in spec else None
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            client = Client(cluster)
+        else:
+            try:
+                client = Client(spec, timeout=TIMEOUT)
+            except (OSError, TimeoutError) as exc:
+                raise ClusterError(f"cannot reach the Dask scheduler at {spec}: {exc}") from None
+    except ClusterError:
+        raise
+    except Exception as exc:
+        if cluster is not None:
+            cluster.close()
+        raise ClusterError(f"cannot start the Dask cluster {spec!r}: {exc}") from None
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def workers(client) -> int:
+    return len(client.scheduler_info().get("workers", {}))
+
+
+@functools.lru_cache(maxsize=8)
+def _setup(config_json, backend):
+    """The config, plan, model and array module of a worker, once per process and configuration (and with them
+    the compiled kernels, cached by :mod:`linalg_gpu._kernels`)."""
+    from cva.backend import resolve_backend
+    from cva.engine.plan import build_plan
+    from cva.io.config import load_config
+    from cva.market.model import BlackScholes
+
+    cfg = load_config(json.loads(config_json))
+    xp, _ = resolve_backend(backend)
+    return cfg, build_plan(cfg), BlackScholes.from_market(cfg.market), xp
+
+
+def chunk_task(config_json, backend, l0, Lc, inner_paths, splits, cond_sample):
+    """One chunk on a worker: ``(values, stats, timings, seconds)`` as :class:`cva.engine.nested.Levels` keeps
+    them (``l0`` the chunk's first outer key)."""
+    cfg, plan, model, xp = _setup(config_json, backend)
+    t0 = time.perf_counter()
+    stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
+    values = chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, inner_paths=inner_paths, splits=splits,
+                          cond_sample=cond_sample)
+    return values, stats.to_json(), timings, time.perf_counter() - t0
+
+
+class Executor:
+    """Submits a run's chunks to the cluster of ``client`` (:meth:`cva.engine.nested.Levels.ensure`): each task
+    carries the configuration (plain data) and recomputes it where a worker died (Dask's retries)."""
+
+    RETRIES = 3
+
+    def __init__(self, client, cfg, backend):
+        self.client, self.backend = client, backend
+        self.config_json = json.dumps(cfg.to_dict(), sort_keys=True)
+        self.run_key = uuid.uuid4().hex[:12]
+
+    def submit(self, li, i, l0, Lc, inner_paths, splits, cond_sample):
+        return self.client.submit(chunk_task, self.config_json, self.backend, l0, Lc, inner_paths, splits,
+                                  cond_sample, key=f"cva-chunk-{self.run_key}-{li}-{i}-{l0}", pure=False,
+                                  retries=self.RETRIES)
+
+    def completed(self, futures):
+        """(future, result) as the tasks finish."""
+        from dask.distributed import as_completed
+
+        return as_completed(futures, with_results=True)

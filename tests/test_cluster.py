@@ -1,0 +1,118 @@
+"""Outer chunks as dask.distributed tasks on a LocalCluster of two worker processes: bitwise the single-process run
+(the quickstart and a desk), a worker killed mid-run changes nothing, a client interrupted mid-run resumes to the
+same bits, an unreachable scheduler is one line."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import yaml
+
+import cva
+from cva.cli import main
+from cva.engine import cluster
+from cva.engine.cluster import ClusterError
+from cva.io.config import ConfigError, load_config
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def _quickstart(tmp_path, name, outer=256):
+    cfg = yaml.safe_load(open("configs/quickstart.yaml"))
+    cfg["run"]["backend"] = "cpu"
+    cfg["simulation"].update(outer_paths=outer, inner_paths=32, pricing_paths=1000)
+    cfg["output"] = {"dir": str(tmp_path / name)}
+    return cfg
+
+
+def _same(a, b):
+    assert a.cva == b.cva and a.stderr == b.stderr and a.ci == b.ci
+    for x, y in zip(a.levels, b.levels, strict=True):
+        np.testing.assert_array_equal(x.sets, y.sets)
+    assert a.exposures.equals(b.exposures)
+    assert a.solver_stats.drop(columns=[]).equals(b.solver_stats)
+
+
+def test_quickstart_on_two_workers_is_bitwise_one_process(tmp_path, client):
+    one = cva.run(_quickstart(tmp_path, "one"), chunk=40, progress=False)
+    two = cva.run(_quickstart(tmp_path, "two"), chunk=40, progress=False, cluster=client)
+    _same(one, two)
+    other = cva.run(_quickstart(tmp_path, "three"), chunk=97, progress=False, cluster=client)   # any chunking
+    _same(one, other)
+
+
+def test_a_desk_with_sensitivities_on_two_workers_is_bitwise_one_process(tmp_path, client):
+    cfg = load_config("configs/desk.yaml").to_dict()
+    cfg["run"]["backend"] = "cpu"
+    cfg["simulation"].update(outer_paths=64, inner_paths=16, dates=4, pricing_paths=1000)
+    cfg["sensitivities"] = {"rate": 0.0001, "hazard": 0.0001}                  # the bumped runs are tasks too
+    one = cva.run({**cfg, "output": {"dir": str(tmp_path / "one")}}, chunk=32, progress=False)
+    two = cva.run({**cfg, "output": {"dir": str(tmp_path / "two")}}, chunk=32, progress=False, cluster=client)
+    assert one.cva == two.cva and one.stderr == two.stderr
+    assert one.summary["counterparties"] == two.summary["counterparties"]
+    assert one.summary["sensitivities"] == two.summary["sensitivities"]
+    assert one.summary["trades"] == two.summary["trades"]
+
+
+def test_a_worker_killed_mid_run_changes_nothing(tmp_path, client):
+    one = cva.run(_quickstart(tmp_path, "one"), chunk=16, progress=False)
+    pids = client.run(os.getpid)
+    killed = []
+
+    def log(line):
+        if "cluster task" in line and not killed:                  # the first chunk is back: kill a worker
+            address, pid = sorted(pids.items())[0]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(address)
+
+    two = cva.run(_quickstart(tmp_path, "two"), chunk=16, progress=False, log=log, cluster=client)
+    assert killed
+    _same(one, two)
+    client.wait_for_workers(2, timeout=60)                           # the nanny restarted it
+
+
+def test_resume_after_an_interrupted_client(tmp_path, client):
+    full = cva.run(_quickstart(tmp_path, "full"), chunk=16, progress=False)
+    seen = []
+
+    def log(line):
+        if "cluster task" in line:
+            seen.append(line)
+            if len(seen) == 3:
+                raise KeyboardInterrupt
+
+    cfg = _quickstart(tmp_path, "part")
+    with pytest.raises(KeyboardInterrupt):
+        cva.run(cfg, chunk=16, progress=False, log=log, cluster=client)
+    resumed = cva.run(cfg, resume=True, progress=False, cluster=client)
+    _same(full, resumed)
+
+
+def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cluster, "TIMEOUT", "2s")
+    cfg = _quickstart(tmp_path, "x")
+    with pytest.raises(ClusterError, match=r"cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
+        cva.run(cfg, cluster="tcp://127.0.0.1:9", progress=False)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**cfg, "run": {**cfg["run"], "cluster": "tcp://127.0.0.1:9"}}))
+    assert main(["run", str(path), "--out", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err[0]
+
+
+@pytest.mark.parametrize("value", ["locale", "local:0", "http://x", 3])
+def test_run_cluster_is_checked(tmp_path, value):
+    cfg = _quickstart(tmp_path, "x")
+    cfg["run"]["cluster"] = value
+    with pytest.raises(ConfigError, match=r"run.cluster: must be local, local:N, local-cuda or a scheduler address"):
+        load_config(cfg)
