@@ -100,7 +100,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             log(f"cluster: {workers(client)} workers ({client.scheduler.address})")
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
         chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
-                    or chunk_size(plan, model.d, dtype.itemsize, xp))
+                    or chunk_size(plan, model.d, dtype.itemsize, xp, None if client is None else workers(client)))
         manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
                     "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg)}
         if resume:

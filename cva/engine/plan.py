@@ -112,15 +112,23 @@ def describe_cost(cost) -> str:
             f"per outer path of a chunk, of the order of {when} on the {cost['backend']}")
 
 
-def chunk_size(plan, d, itemsize, xp) -> int:
+def chunk_size(plan, d, itemsize, xp, workers=None) -> int:
     """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
-    one path rounds a basket's average differently, and its values would depend on the chunking)."""
+    one path rounds a basket's average differently, and its values would depend on the chunking); on a cluster
+    of ``workers``, at most a :data:`TASKS_PER_WORKER`-th of a worker's share, so that the last tasks do not
+    leave workers idle."""
     if xp is np:
         budget = CPU_CHUNK_BYTES
     else:
         free, _ = xp.cuda.runtime.memGetInfo()
         budget = GPU_MEMORY_FRACTION * (free + xp.get_default_memory_pool().free_bytes())
-    return int(max(2, min(plan.outer_paths, budget // bytes_per_outer_path(plan, d, itemsize))))
+    n = min(plan.outer_paths, budget // bytes_per_outer_path(plan, d, itemsize))
+    if workers:
+        n = min(n, -(-plan.outer_paths // (TASKS_PER_WORKER * workers)))
+    return int(max(2, n))
+
+
+TASKS_PER_WORKER = 8
 
 
 def level_specs(cfg) -> list[tuple[int, int]]:

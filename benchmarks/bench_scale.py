@@ -1,0 +1,91 @@
+"""Scale-out on dask.distributed: the paper-scale nested CVA at 8x the outer paths (131072 outer x 1024 inner,
+d = 29, float32) in one process, and as tasks on a ``dask_cuda.LocalCUDACluster`` of 1, 2, ... GPUs of one host.
+
+Usage::
+
+    python benchmarks/bench_scale.py [--outer 131072] [--inner 1024] [--gpus 1 2] [--desk-outer 0]
+                                     [--json benchmarks/results/scale_h100x2.json]
+
+Reported per row: engine seconds (the run's elapsed, without the report), the speedup over one worker, the
+chunk size and count, the bytes a task sends back, the sum of the tasks' own seconds (the work) and the
+client's share (engine seconds less work / workers). Every row's per-path values and CVA must be bitwise the
+one-process run's (checked here). On the cluster the chunk is at most an eighth of a worker's share.
+``--desk-outer N`` adds bench_desk's desk at N outer paths (without sensitivities).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _results import write_results
+from bench_cva import config as paper_config
+from bench_desk import desk
+
+import cva
+
+
+def timed(cfg, cluster=None):
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        res = cva.run(cfg, out=tmp, progress=False, cluster=cluster, confirm=True)
+        total = time.perf_counter() - t0
+    s = res.summary
+    return res, {"seconds": total, "engine_seconds": s["elapsed_seconds"], "chunk": s["chunk"],
+                 "chunks": -(-s["outer_paths"] // s["chunk"]), "work_seconds": sum(lv.seconds for lv in res.levels),
+                 "stage_seconds": s["runtime_seconds"], "device": s["device"], "cva": res.cva, "stderr": res.stderr,
+                 "task_result_bytes": int(res.levels[-1].sets[:, : s["chunk"]].nbytes)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--outer", type=int, default=131072)
+    ap.add_argument("--inner", type=int, default=1024)
+    ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--desk-outer", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    from dask.distributed import Client
+    from dask_cuda import LocalCUDACluster
+
+    result = {"benchmark": "scale", "date": dt.datetime.now().isoformat(timespec="seconds"),
+              "cpu": platform.processor() or platform.machine(), "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+              "sizes": {"outer": args.outer, "inner": args.inner, "d": 29, "dtype": "float32"}, "rows": []}
+    cases = [("paper-scale x8", paper_config(args.outer, args.inner, "float32", "gpu", None))]
+    if args.desk_outer:
+        cases.append(("desk", desk(20, 40, 400, 10, 24, args.desk_outer, 128, "gpu", "float32", False)))
+    cva.run(paper_config(64, 64, "float32", "gpu", None), out=tempfile.mkdtemp(), progress=False)   # compile
+    for name, cfg in cases:
+        ref, row = timed(cfg)
+        row.update(case=name, workers=0, mode="one process")
+        result["rows"].append(row)
+        print(f"{name}: one process {row['engine_seconds']:.2f} s engine", flush=True)
+        base = None
+        for n in args.gpus:
+            with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n)), dashboard_address=None) as cluster, \
+                    Client(cluster) as client:
+                timed(paper_config(64, 64, "float32", "gpu", None), client)                    # workers compile
+                res, row = timed(cfg, client)
+            base = base or row["engine_seconds"]
+            same = res.cva == ref.cva and res.stderr == ref.stderr and all(
+                np.array_equal(a.sets, b.sets) for a, b in zip(res.levels, ref.levels, strict=True))
+            row.update(case=name, workers=n, mode="LocalCUDACluster", speedup_over_one_worker=base /
+                       row["engine_seconds"], speedup_over_one_process=result["rows"][0]["engine_seconds"] /
+                       row["engine_seconds"], bitwise_equal=bool(same),
+                       client_share_seconds=row["engine_seconds"] - row["work_seconds"] / n)
+            result["rows"].append(row)
+            print(f"{name}: {n} GPU worker(s) {row['engine_seconds']:.2f} s engine, speedup "
+                  f"{row['speedup_over_one_worker']:.2f}x, bitwise {row['bitwise_equal']}", flush=True)
+            write_results(args.json, result)
+    write_results(args.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
