@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -136,10 +137,15 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
             for ci in inner:
                 c = plan.contracts[ci]
                 later = plan.exercise_index[ci][plan.exercise_index[ci] > g]
-                psi = basis.make_basis(plan.basis, model.spot, plan.payoff_regressor, c.symmetric_in_assets)
-                S_c = _steps(S_in, later - g - 1)
+                if c.underlying == "asset" and model.d > 1:          # Markov in its own asset: regress on it alone
+                    a = c.asset
+                    S_c, payoff = _steps(S_in[..., a:a + 1], later - g - 1), replace(c, asset=0).payoff_value
+                    psi = basis.make_basis(plan.basis, model.spot[a:a + 1], plan.payoff_regressor, False)
+                else:
+                    S_c, payoff = _steps(S_in, later - g - 1), c.payoff_value
+                    psi = basis.make_basis(plan.basis, model.spot, plan.payoff_regressor, c.symmetric_in_assets)
                 clock("inner_paths")
-                res = longstaff_schwartz(S_c, plan.grid[later], c.payoff_value, psi, model.rate, t0=t,
+                res = longstaff_schwartz(S_c, plan.grid[later], payoff, psi, model.rate, t0=t,
                                          solver=solver, itm_only=sim.itm_only, memory=memory, timings=timings,
                                          keys=[f"c{ci}:r{int(j)}" for j in later], regression_dtype=rdt,
                                          condition_sample=max(0, min(Lc, cond_sample)), splits=splits)
