@@ -29,7 +29,7 @@ from cva.io import desk_report, report, rundir
 from cva.io.config import load_config
 from cva.io.report import RunResult
 from cva.market.model import BlackScholes
-from cva.xva.collateral import net_of_collateral
+from cva.xva.collateral import net_of_collateral, trade_collateral
 from cva.xva.credit import Counterparty, shifted
 from cva.xva.desk import Book
 from cva.xva.measures import cva_allocations, cva_functional
@@ -162,8 +162,11 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                                         chunk=chunk, elapsed=elapsed, manifest=manifest, own=own, sensitivities=sens,
                                         prices=prices)
         else:
-            trades = [] if cfg.csa is not None else cva_allocations(lv.levels(), netted, plan, model, counterparty,
-                                                                       cfg.simulation.estimator, own)
+            cube = lv.levels()
+            shares = None if cfg.csa is None else [trade_collateral(c.sets, quantities, order, range(len(quantities)),
+                                                                    plan, cfg.csa, plan.margin_cols) for c in cube]
+            trades = cva_allocations(cube, netted, plan, model, counterparty, cfg.simulation.estimator, own,
+                                     collateral=shares)
             result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
                                    device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
                                    own=own, sensitivities=sens)

@@ -98,15 +98,21 @@ def test_a_hedged_netting_set_has_no_exposure_and_an_unreachable_threshold_no_co
 
 
 def test_allocations_add_up_to_each_netting_set(tmp_path):
+    """Without and with a CSA (threshold, MTA, an independent amount, both sides posting, and one side only):
+    the trades' shares of the CVA and DVA add up to the netting set's, path by path."""
     credit = {"recovery": 0.4, "hazard_rate": 0.02}
+    csa = {"threshold": 2.0, "minimum_transfer_amount": 0.5, "independent_amount": 1.0, "margin_period_of_risk": "14d"}
     sets = [{"name": "x", "portfolio": [PUT, {**CALL, "quantity": -1.0}]},
-            {"name": "y", "portfolio": [{**PUT, "underlying": "basket"}, CALL]}]
+            {"name": "y", "portfolio": [{**PUT, "underlying": "basket"}, CALL]},
+            {"name": "z", "csa": csa, "portfolio": [PUT, {**CALL, "quantity": -1.0}, {**CALL, "strike": 90.0}]},
+            {"name": "w", "csa": {**csa, "posting": "counterparty", "independent_amount": 0.0},
+             "portfolio": [{**PUT, "quantity": -2.0}, CALL]}]
     res = cva.run(_desk(tmp_path, "d", [{"name": "C", **credit, "netting_sets": sets}],
                         own_credit={"recovery": 0.4, "hazard_rate": 0.01}), progress=False)
     ns = res.summary["counterparties"]["C"]["netting_sets"]
-    for name in ("x", "y"):
+    for name in ("x", "y", "z", "w"):
         rows = [t for t in res.summary["trades"] if t["netting_set"] == name]
-        assert len(rows) == 2
+        assert len(rows) == len(next(ns for ns in sets if ns["name"] == name)["portfolio"])
         assert sum(t["cva_allocation"] for t in rows) == pytest.approx(ns[name]["cva"], rel=1e-10, abs=1e-15)
         assert sum(t["dva_allocation"] for t in rows) == pytest.approx(ns[name]["dva"], rel=1e-10, abs=1e-15)
 

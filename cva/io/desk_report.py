@@ -19,6 +19,7 @@ from cva.engine.estimators import combine, decay_warnings, level_table
 from cva.engine.plan import netting_order
 from cva.io import report, rundir
 from cva.xva import measures
+from cva.xva.collateral import trade_collateral
 from cva.xva.desk import desk_measures
 
 OUTPUTS = ("exposures/*.csv",)
@@ -91,10 +92,12 @@ alt="exposure of {{ ns_name }}">{% endfor %}
 {% endif %}
 <h2 id="trades">Trades: value today and Euler allocation</h2>
 <p class="note">value_t0: the trade's value at t = 0 (quantity x price; Longstaff-Schwartz on the pricing paths for
-Bermudan and American trades, the closed form for European ones where there is one). Per trade of an uncollateralized
-netting set, (1 - R) &sum;<sub>k</sub> D(t<sub>k</sub>)
-q<sub>k</sub> E[q<sub>i</sub> V<sub>i</sub>(t<sub>k</sub>) 1{P(t<sub>k</sub>) &gt; 0}]: the allocations of a
-netting set add up to its CVA. Netting sets under a CSA are not allocated.</p>
+Bermudan and American trades, the closed form for European ones where there is one). Allocation: per trade,
+(1 - R) &sum;<sub>k</sub> D(t<sub>k</sub>) q<sub>k</sub> E[(q<sub>i</sub> V<sub>i</sub>(t<sub>k</sub>) -
+c<sub>i</sub>(t<sub>k</sub>)) 1{P(t<sub>k</sub>) &gt; 0}], P the netting set's value net of collateral and
+c<sub>i</sub> the trade's share of the collateral (Pykhtin &amp; Rosen: the margin call in proportion to the trade's
+value at the margin date, the independent amount in equal parts; none without a CSA): the allocations of a
+netting set add up to its CVA.</p>
 {{ trades_html|safe }}
 <h2 id="levels">Inner-sample bias of the desk's CVA</h2>
 {{ levels_html|safe }}
@@ -137,11 +140,11 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
     cube = lv.levels()
     trades = []
     for j, e in enumerate(book.entries):
-        if e.csa is None:
-            rows = measures.cva_allocations(cube, [replace(n, sets=n.sets[..., j, :]) for n in netted], plan, model,
-                                            book.credits[e.counterparty], estimator, own, members=e.members)
-        else:
-            rows = [{"contract": plan.contracts[i].name, "quantity": plan.contracts[i].quantity} for i in e.members]
+        shares = None if e.csa is None else [trade_collateral(lv.sets, quantities, order, e.members, plan, e.csa,
+                                                              book.margins[j]) for lv in cube]
+        rows = measures.cva_allocations(cube, [replace(n, sets=n.sets[..., j, :]) for n in netted], plan, model,
+                                        book.credits[e.counterparty], estimator, own, members=e.members,
+                                        collateral=shares)
         for i, r in zip(e.members, rows, strict=True):
             trades.append({"counterparty": e.counterparty, "netting_set": e.name, **r, **_value_t0(prices, plan, i)})
     solver = report.solver_table(plan, stats)

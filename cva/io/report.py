@@ -102,7 +102,10 @@ P<sup>-</sup> = max(-P, 0).</p>
 <td>{{ "%.3g"|format(t.cva_allocation_stderr) if t else "" }}</td></tr>
 {% endfor %}</table>
 <p class="note">A contract's allocation is (1 - R) &sum;<sub>k</sub> D(t<sub>k</sub>) q<sub>k</sub> E[q<sub>i</sub>
-V<sub>i</sub>(t<sub>k</sub>) 1{P(t<sub>k</sub>) &gt; 0}], by the same estimator: the allocations add up to the CVA.</p>
+V<sub>i</sub>(t<sub>k</sub>) 1{P(t<sub>k</sub>) &gt; 0}], by the same estimator (under a CSA, on q<sub>i</sub>
+V<sub>i</sub> - c<sub>i</sub> with c<sub>i</sub> the contract's share of the collateral, Pykhtin &amp; Rosen's: the
+margin call in proportion to its value at the margin date, the independent amount in equal parts): the allocations
+add up to the CVA.</p>
 {% if s.sensitivities %}<h2 id="sensitivities">CVA sensitivities</h2>
 <table><tr><th>derivative of the CVA</th><th>value</th><th>std. error</th></tr>
 {% for fam, sym in (("delta", "S"), ("vega", "&sigma;")) %}{% for name, v in (s.sensitivities.get(fam) or {}).items() %}
