@@ -428,6 +428,12 @@ class Market(_Section):
     correlation: float | tuple[tuple[float, ...], ...] = Field(
         0.0, description="one number (equicorrelation) or a full d x d matrix")
     assets: Int | None = Field(None, ge=1, description="d, the number of assets, where spot and vol are single numbers")
+    repair_correlation: bool = Field(
+        False, description="replace a correlation that is not positive semidefinite by the nearest correlation "
+                           "matrix (Higham's alternating projections; reported in summary.json and the report)")
+    correlation_repair: dict | None = None
+
+    _internal = frozenset({"correlation_repair"})
 
     @classmethod
     def _prepare(cls, data):
@@ -439,7 +445,10 @@ class Market(_Section):
                     correlation_matrix(value, d)
                 except ValueError as exc:
                     why = str(exc)
-                    if d == 1 and not isinstance(value, float):
+                    if "not positive semi-definite" in why:
+                        why = None if data.get("repair_correlation") is True else \
+                            why + "; set market.repair_correlation: true to use the nearest correlation matrix"
+                    elif d == 1 and not isinstance(value, float):
                         why += " (with one asset; give per-asset lists or `assets: d` for more)"
             if why is not None:
                 problems.append((("correlation",), why))
@@ -455,6 +464,17 @@ class Market(_Section):
             return tuple(t) if len(t) == d else tuple(t) * d
 
         self._set(spot=full(self.spot), vol=full(self.vol), dividend=full(self.dividend), assets=d)
+        if self.repair_correlation:
+            from cva.market.model import PSD_TOL
+            from cva.market.nearest_correlation import nearest_correlation
+
+            C = np.full((d, d), self.correlation) if isinstance(self.correlation, float) else \
+                np.asarray(self.correlation, dtype=float)
+            np.fill_diagonal(C, 1.0)
+            if np.linalg.eigvalsh(0.5 * (C + C.T))[0] < -PSD_TOL:
+                fixed = nearest_correlation(C)
+                self._set(correlation=tuple(tuple(float(x) for x in row) for row in fixed.matrix),
+                          correlation_repair={**fixed.to_json(), "input": self.correlation})
 
     @property
     def d(self) -> int:
@@ -1113,6 +1133,9 @@ class Config(_Section):
         """The normalized configuration as plain YAML/JSON data, in the input's form (it loads again; a desk's
         trades_file is read into its netting sets)."""
         out = self.model_dump(mode="json", exclude_none=True)
+        repair = out["market"].pop("correlation_repair", None)
+        if repair is not None:
+            out["market"]["correlation"] = repair["input"]                    # repaired again when loaded
         if self.counterparties is not None:
             out.pop("portfolio")
             out.pop("trades_file", None)

@@ -56,6 +56,10 @@ S<sub>B</sub>(t<sub>k-1</sub>), DVA likewise on E<sup>-</sup> with the roles swa
 {% else %}CVA = (1 - R) &sum;<sub>k</sub> E[D(t<sub>k</sub>) E<sup>+</sup>(t<sub>k</sub>)]
 (S(t<sub>k-1</sub>) - S(t<sub>k</sub>)).{% endif %} A counterparty's CVA is the sum over its netting sets, the
 desk's over its counterparties; their standard errors come from the per-path sums (one set of outer paths).</p>
+{% if s.correlation_repair %}<p class="note" id="correlation-repair">The correlation given was not positive
+semidefinite (smallest eigenvalue {{ "%.3g"|format(s.correlation_repair.eigenvalues_before[0]) }}): the run uses the
+nearest correlation matrix (Higham), {{ "%.3g"|format(s.correlation_repair.distance_frobenius) }} away in the
+Frobenius norm (smallest eigenvalue {{ "%.3g"|format(s.correlation_repair.eigenvalues_after[0]) }}).</p>{% endif %}
 <h2 id="counterparties">Counterparties</h2>
 <table><tr><th>counterparty</th><th>CVA</th><th>std. error</th>{% if s.own_credit %}<th>DVA</th>
 <th>std. error</th>{% endif %}<th>netting sets</th></tr>
@@ -172,6 +176,7 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
                    "failed": int(solver["failed"].sum())},
         "elapsed_seconds": elapsed, "runtime_seconds": dict(timings), "versions": report._versions(),
         "config_hash": manifest["config_hash"], "config": cfg.to_dict(),
+        "correlation_repair": cfg.market.correlation_repair,
     }
     if own is not None:
         summary.update({"dva": total["dva"], "dva_stderr": total["dva_stderr"], "dva_ci_low": total["dva_ci"][0],

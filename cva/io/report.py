@@ -90,6 +90,13 @@ P<sup>-</sup> = max(-P, 0).</p>
 {% else %}<p class="note">Default is assumed independent of the market (no wrong-way risk): the CVA is
 (1 - R) &sum;<sub>k</sub> E[D(t<sub>k</sub>) P<sup>+</sup>(t<sub>k</sub>)] (S(t<sub>k-1</sub>) - S(t<sub>k</sub>)).</p>
 {% endif %}
+{% if s.correlation_repair %}<p class="note" id="correlation-repair">The correlation given was not positive
+semidefinite (smallest eigenvalue {{ "%.3g"|format(s.correlation_repair.eigenvalues_before[0]) }}): the run uses the
+nearest correlation matrix (Higham's alternating projections, {{ s.correlation_repair.iterations }} iterations),
+{{ "%.3g"|format(s.correlation_repair.distance_frobenius) }} away in the Frobenius norm; its smallest eigenvalue is
+{{ "%.3g"|format(s.correlation_repair.eigenvalues_after[0]) }}. Eigenvalues before: {{
+s.correlation_repair.eigenvalues_before|map("round", 4)|join(", ") }}; after: {{
+s.correlation_repair.eigenvalues_after|map("round", 4)|join(", ") }}.</p>{% endif %}
 <h2>Measures</h2>
 <table><tr><th>EPE</th><th>EEPE</th><th>max EE</th><th>max {{ pfe }}</th></tr>
 <tr><td>{{ "%.6g"|format(s.EPE) }}</td><td>{{ "%.6g"|format(s.EEPE) }}</td><td>{{ "%.6g"|format(s.max_EE) }}</td>
@@ -394,6 +401,7 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
                                                   "netting_sets": {"netting set": ns}}}
     summary["trades"] = list(trades or [])
     summary["csa"] = None if cfg.csa is None else cfg.csa.model_dump()
+    summary["correlation_repair"] = cfg.market.correlation_repair
     if sensitivities is not None:
         summary["sensitivities"] = sensitivities
     summary["status"] = "complete"
