@@ -9,7 +9,7 @@ Usage::
 Reported per row: engine seconds (the run's elapsed, without the report), the speedup over one worker, the
 chunk size and count, the bytes a task sends back, the sum of the tasks' own seconds (the work) and the
 client's share (engine seconds less work / workers). Every row's per-path values and CVA must be bitwise the
-one-process run's (checked here). On the cluster the chunk is at most an eighth of a worker's share.
+one-process run's (checked here). On the cluster the chunk is at most a worker's share.
 ``--desk-outer N`` adds bench_desk's desk at N outer paths (without sensitivities).
 """
 

@@ -115,8 +115,9 @@ def describe_cost(cost) -> str:
 def chunk_size(plan, d, itemsize, xp, workers=None) -> int:
     """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
     one path rounds a basket's average differently, and its values would depend on the chunking); on a cluster
-    of ``workers``, at most a :data:`TASKS_PER_WORKER`-th of a worker's share, so that the last tasks do not
-    leave workers idle."""
+    of ``workers``, at most a worker's share, so that every worker gets a chunk. (Not smaller: a chunk's cost
+    has a part that does not shrink with its paths, the solver calls per contract and date, which dominates a
+    desk of many Bermudan trades.)"""
     if xp is np:
         budget = CPU_CHUNK_BYTES
     else:
@@ -124,11 +125,8 @@ def chunk_size(plan, d, itemsize, xp, workers=None) -> int:
         budget = GPU_MEMORY_FRACTION * (free + xp.get_default_memory_pool().free_bytes())
     n = min(plan.outer_paths, budget // bytes_per_outer_path(plan, d, itemsize))
     if workers:
-        n = min(n, -(-plan.outer_paths // (TASKS_PER_WORKER * workers)))
+        n = min(n, -(-plan.outer_paths // workers))
     return int(max(2, n))
-
-
-TASKS_PER_WORKER = 8
 
 
 def level_specs(cfg) -> list[tuple[int, int]]:
