@@ -273,3 +273,33 @@ def test_a_single_asset_bermudan_in_a_correlated_market_is_its_one_asset_model(t
     a, b = cva.run(three, progress=False), cva.run(one, progress=False)
     assert abs(a.cva - b.cva) < Z_MC * math.hypot(a.stderr, b.stderr), (a.cva, a.stderr, b.cva, b.stderr)
     assert a.stderr < 0.05 * a.cva                                            # a test that can see a difference
+
+
+def test_stacked_regressions_are_bitwise_the_contracts_alone(tmp_path, monkeypatch):
+    """Bermudans on the same asset with the same exercise dates share one Longstaff-Schwartz call (their
+    systems stacked); the value cube and the solver statistics are bitwise those of one call per contract (but
+    for the condition sample, which a stack takes from its first systems)."""
+    from cva.engine import nested
+
+    port = [{**PUT, "strike": k, "quantity": q} for k, q in ((100.0, 1.0), (90.0, -2.0), (110.0, 1.5))]
+    port += [{**PUT, "payoff": "call", "strike": 100.0}, {**PUT, "underlying": {"asset": 1}},
+             {**PUT, "maturity": 0.5, "exercise_dates": 2}]
+    cfg = _desk(tmp_path, "s", [{"name": "A", "hazard_rate": 0.02, "netting_sets": [{"name": "a", "portfolio": port}]}])
+    stacks = []
+    original = nested._stacks
+
+    def recorded(*args):
+        out = original(*args)
+        stacks.extend(out)
+        return out
+
+    monkeypatch.setattr(nested, "_stacks", recorded)
+    together = cva.run(cfg, progress=False)
+    assert max(len(s) for s in stacks) == 2                             # d = 2 contracts a stack at most
+    monkeypatch.setattr(nested, "_stacks", lambda plan, inner, g, d: [[ci] for ci in inner])
+    alone = cva.run({**cfg, "output": {"dir": str(tmp_path / "alone")}}, progress=False)
+    for a, b in zip(together.levels, alone.levels, strict=True):
+        np.testing.assert_array_equal(a.sets, b.sets)
+    assert together.cva == alone.cva
+    cond = [c for c in together.solver_stats if c.startswith("cond")]          # sampled from a stack's first rows
+    assert together.solver_stats.drop(columns=cond).equals(alone.solver_stats.drop(columns=cond))

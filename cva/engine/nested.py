@@ -51,14 +51,15 @@ class DateStats:
                       "max_residual": 0.0, "discarded": 0, "failed": 0, "regressions": 0} for _ in range(G)]
         self.cond = [[] for _ in range(G)]
 
-    def add(self, g, result):
+    def add(self, g, result, contracts=1):
+        """A Longstaff-Schwartz result of ``contracts`` contracts stacked in its batch."""
         row = self.rows[g]
         for rep, cond in zip(result.reports, result.conditions, strict=False):
             if rep is None:
                 continue
             res = _host(rep.residual)
             row["systems"] += int(res.size)
-            row["regressions"] += 1
+            row["regressions"] += contracts
             for k, v in rep.counts().items():
                 row[k] += v
             fin = res[np.isfinite(res)]
@@ -134,32 +135,37 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
                                 xp=xp, start=S_out[:, g], outer=(l0, Lc), date=g, step0=g + 1,
                                 antithetic=sim.antithetic)                            # (Lc, M, g_max - g, d)
             clock("inner_paths")
-            for ci in inner:
-                c = plan.contracts[ci]
-                later = plan.exercise_index[ci][plan.exercise_index[ci] > g]
+            for members in _stacks(plan, inner, g, model.d):
+                c = plan.contracts[members[0]]
+                later = plan.exercise_index[members[0]][plan.exercise_index[members[0]] > g]
                 if c.underlying == "asset" and model.d > 1:          # Markov in its own asset: regress on it alone
                     a = c.asset
-                    S_c, payoff = _steps(S_in[..., a:a + 1], later - g - 1), replace(c, asset=0).payoff_value
+                    S_a = _steps(S_in[..., a:a + 1], later - g - 1)
+                    S_c = S_a if len(members) == 1 else xp.concatenate([S_a] * len(members))
+                    payoff = _stacked_payoff([plan.contracts[ci] for ci in members], Lc, dtype, xp)
                     psi = basis.make_basis(plan.basis, model.spot[a:a + 1], plan.payoff_regressor, False)
                 else:
                     S_c, payoff = _steps(S_in, later - g - 1), c.payoff_value
                     psi = basis.make_basis(plan.basis, model.spot, plan.payoff_regressor, c.symmetric_in_assets)
                 clock("inner_paths")
+                key = "c" + "+".join(map(str, members))
                 res = longstaff_schwartz(S_c, plan.grid[later], payoff, psi, model.rate, t0=t,
                                          solver=solver, itm_only=sim.itm_only, memory=memory, timings=timings,
-                                         keys=[f"c{ci}:r{int(j)}" for j in later], regression_dtype=rdt,
+                                         keys=[f"{key}:r{int(j)}" for j in later], regression_dtype=rdt,
                                          condition_sample=max(0, min(Lc, cond_sample)), splits=splits)
-                C = xp.concatenate([res.value[None]] + [p.T for p in res.parts])      # (2^(splits+1) - 1, Lc)
                 S_c = None
                 clock.skip()                                                           # booked by the LSM
-                stats.add(g, res)
+                stats.add(g, res, len(members))
                 clock("statistics")
-                if g in plan.exercise_index[ci]:
-                    h = c.payoff_value(S_out[:, g])[None]
-                    ex = (h > 0) & (h >= C)
-                    values[ci] = (xp.where(ex, h, C), ex)
-                else:
-                    values[ci] = (C, None)
+                for pos, ci in enumerate(members):                       # (k is the exposure column)
+                    rows = slice(pos * Lc, (pos + 1) * Lc)
+                    C = xp.concatenate([res.value[None, rows]] + [p[rows].T for p in res.parts])   # (nv, Lc)
+                    if g in plan.exercise_index[ci]:
+                        h = plan.contracts[ci].payoff_value(S_out[:, g])[None]
+                        ex = (h > 0) & (h >= C)
+                        values[ci] = (xp.where(ex, h, C), ex)
+                    else:
+                        values[ci] = (C, None)
             S_in = None
             clock("exercise")
         for ci, (v, ex) in values.items():
@@ -173,6 +179,38 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     V = _host(V)
     clock("io")                                                                        # (to the host)
     return V
+
+
+def _stacks(plan, inner, g, d):
+    """The contracts valued by inner paths at grid date g, in stacks that share one Longstaff-Schwartz call: on a
+    market of d > 1 assets, contracts on the same asset with the same later exercise dates, up to d per stack
+    (the asset's slice repeated takes the memory of the inner paths once more); every other contract alone."""
+    groups, out = {}, []
+    for ci in inner:
+        c = plan.contracts[ci]
+        if c.underlying == "asset" and d > 1:
+            ix = plan.exercise_index[ci]
+            groups.setdefault((c.asset, *(int(j) for j in ix[ix > g])), []).append(ci)
+        else:
+            out.append([ci])
+    for members in groups.values():
+        out += [members[i:i + d] for i in range(0, len(members), d)]
+    return sorted(out)
+
+
+def _stacked_payoff(contracts, Lc, dtype, xp):
+    """The exercise value of one-asset contracts stacked in a batch (Lc sets each) on their asset's slice
+    (..., 1): max(S - K, 0) or max(K - S, 0) per set, the same operations as :meth:`Contract.payoff_value`."""
+    if len(contracts) == 1:
+        return replace(contracts[0], asset=0).payoff_value
+    K = xp.asarray(np.repeat([c.strike for c in contracts], Lc).astype(dtype))[:, None]
+    call = xp.asarray(np.repeat([c.payoff == "call" for c in contracts], Lc))[:, None]
+
+    def payoff(S):
+        U = S[..., 0]
+        k, c = (K, call) if U.ndim == 2 else (K[:, :, None], call[:, :, None])
+        return xp.where(c, xp.maximum(U - k, 0), xp.maximum(k - U, 0))
+    return payoff
 
 
 def _steps(S, idx):
