@@ -127,6 +127,19 @@ def _build_parser() -> _Parser:
                    help="also price with the LSM policy on an independent path set (low-biased price)")
     p.set_defaults(func=_cmd_price, parser=p)
 
+    p = sub.add_parser("analyze", help="market analytics: stress against base (GSVD)",
+                       description="Analyses of the market sections of configurations.")
+    asub = p.add_subparsers(dest="analysis", metavar="ANALYSIS")
+    asub.required = True
+    q = asub.add_parser("stress", help="the directions a stressed market amplifies most, against a base market",
+                        description="The generalized SVD of the log-return covariance factors of STRESS and BASE: "
+                                    "the positions whose variance the stress multiplies most, with the factors.")
+    q.add_argument("base", metavar="BASE", help="the base configuration (its market section)")
+    q.add_argument("stress", metavar="STRESS", help="the stressed configuration (its market section)")
+    q.add_argument("--out", type=_directory, metavar="DIR", help="write stress.json and stress.png there")
+    q.add_argument("--overwrite", action="store_true", help="replace stress.json and stress.png in DIR")
+    q.set_defaults(func=_cmd_analyze_stress, parser=q)
+
     p = sub.add_parser("bench", help="time the nested CVA of CONFIG on this machine, stage by stage",
                        description="Run the nested CVA of CONFIG --repeat times into a temporary directory and "
                                    "print the seconds per stage, outer paths and regression systems per second, "
@@ -139,6 +152,38 @@ def _build_parser() -> _Parser:
     p.add_argument("--json", metavar="FILE", help="also write the runs and the machine as JSON")
     p.set_defaults(func=_cmd_bench, parser=p)
     return parser
+
+
+def _cmd_analyze_stress(args) -> int:
+    from cva.market.model import BlackScholes
+    from cva.market.stress import plot, stress_directions
+
+    models = []
+    for path in (args.base, args.stress):
+        try:
+            models.append(BlackScholes.from_market(load_config(path).market))
+        except ConfigError as exc:
+            raise _UsageError("\n".join(f"{path}: {p}" for p in exc.problems)) from None
+    names = ("stress.json", "stress.png")
+    there = [n for n in names if args.out and (Path(args.out) / n).exists()]
+    if there and not args.overwrite:
+        raise _UsageError(f"{args.out}: {', '.join(there)} exist: use --overwrite to replace them")
+    res = stress_directions(*models)
+    d = res.ratios.size
+    print(f"stress {args.stress} against base {args.base}: d = {d} assets, variance ratios and positions "
+          "(base volatility 1)")
+    for j in range(d):
+        w = ", ".join(f"{x:+.3g}" for x in res.directions[:, j])
+        print(f"  direction {j + 1}: variance x {res.ratios[j]:.4g}  weights [{w}]")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        files = {"stress.json": json.dumps({"base": args.base, "stress": args.stress, **res.to_json()}, indent=2)
+                 .encode(), "stress.png": plot(res)}
+        for name, data in files.items():
+            (out / name).write_bytes(data)
+        print(f"wrote {out / 'stress.json'} and {out / 'stress.png'}")
+    return EXIT_OK
 
 
 def _cmd_schema(args) -> int:
