@@ -27,7 +27,8 @@ from dataclasses import replace
 import numpy as np
 
 import linalg_gpu as lg
-from cva.engine import basis
+from cva.engine import basis, diagnostics
+from cva.engine.diagnostics import DESIGN_SAMPLE
 from cva.engine.estimators import Level, allocate, combine, level_table
 from cva.engine.lsm import StageClock, longstaff_schwartz
 from cva.engine.plan import bytes_per_outer_path, level_specs
@@ -50,6 +51,7 @@ class DateStats:
         self.rows = [{"systems": 0, "ldlt": 0, "householder_pcr": 0, "eig_truncate": 0, "none": 0,
                       "max_residual": 0.0, "discarded": 0, "failed": 0, "regressions": 0} for _ in range(G)]
         self.cond = [[] for _ in range(G)]
+        self.design = [[] for _ in range(G)]          # (effective rank, p, kappa^2) of sampled design matrices
 
     def add(self, g, result, contracts=1):
         """A Longstaff-Schwartz result of ``contracts`` contracts stacked in its batch."""
@@ -69,8 +71,11 @@ class DateStats:
             if cond is not None:
                 self.cond[g].extend(np.asarray(cond, dtype=float).tolist())
 
+    def add_design(self, g, rows):
+        self.design[g].extend([int(r["rank"]), int(r["p"]), r["cond2"]] for _, r in rows)
+
     def to_json(self):
-        return {"rows": self.rows, "cond": self.cond}
+        return {"rows": self.rows, "cond": self.cond, "design": self.design}
 
     def merge_json(self, state):
         for g, (row, cond) in enumerate(zip(state["rows"], state["cond"], strict=False)):
@@ -78,6 +83,8 @@ class DateStats:
             for k, v in row.items():
                 mine[k] = max(mine[k], v) if k in ("max_residual", "regressions") else mine[k] + v
             self.cond[g].extend(cond)
+        for g, rows in enumerate(state.get("design", [])):
+            self.design[g].extend(rows)
 
 
 def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=None, splits=0, cond_sample=0):
@@ -145,6 +152,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
                     payoff = _stacked_payoff([plan.contracts[ci] for ci in members], Lc, dtype, xp)
                     psi = basis.make_basis(plan.basis, model.spot[a:a + 1], plan.payoff_regressor, False)
                 else:
+                    S_a = None
                     S_c, payoff = _steps(S_in, later - g - 1), c.payoff_value
                     psi = basis.make_basis(plan.basis, model.spot, plan.payoff_regressor, c.symmetric_in_assets)
                 clock("inner_paths")
@@ -153,9 +161,13 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
                                          solver=solver, itm_only=sim.itm_only, memory=memory, timings=timings,
                                          keys=[f"{key}:r{int(j)}" for j in later], regression_dtype=rdt,
                                          condition_sample=max(0, min(Lc, cond_sample)), splits=splits)
-                S_c = None
                 clock.skip()                                                           # booked by the LSM
                 stats.add(g, res, len(members))
+                n_design = max(0, min(Lc, cond_sample - COND_SAMPLE + DESIGN_SAMPLE))
+                for ci in members if n_design else ():                # the design matrices of the first paths
+                    one = replace(plan.contracts[ci], asset=0) if S_a is not None else plan.contracts[ci]
+                    stats.add_design(g, diagnostics.sample(S_c if S_a is None else S_a, one.payoff_value, psi,
+                                                           sim.itm_only, n_design, cfg.regression.cond_max))
                 clock("statistics")
                 for pos, ci in enumerate(members):                       # (k is the exposure column)
                     rows = slice(pos * Lc, (pos + 1) * Lc)
@@ -166,6 +178,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
                         values[ci] = (xp.where(ex, h, C), ex)
                     else:
                         values[ci] = (C, None)
+                S_c = S_a = None
             S_in = None
             clock("exercise")
         for ci, (v, ex) in values.items():

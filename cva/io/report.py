@@ -49,7 +49,9 @@ HEADERS = {
     "mean_value": "mean value", "EE_uncorrected": "EE uncorrected", "default_prob": "default prob.",
     "cva_contribution": "CVA contribution", "inner_paths": "inner paths", "outer_paths": "outer paths",
     "fine_mean": "fine mean", "fine_variance": "fine variance", "cost_per_path": "cost per path",
-    "seconds_per_path": "seconds per path", "stderr": "std. error",
+    "seconds_per_path": "seconds per path", "stderr": "std. error", "design_p": "basis size p",
+    "design_rank_min": "design rank (min)", "design_rank_deficient": "rank < p", "design_cond_median":
+    "design κ² median", "design_samples": "design samples",
 }
 
 TEMPLATE = """<!DOCTYPE html>
@@ -144,6 +146,12 @@ Weight: the row's factor in the estimate.</p>
 <h2>Exposures</h2>
 {{ exposures_html|safe }}
 <h2>Solver statistics</h2>
+<p class="note">Per valuation date: the regressions solved and the method each needed; the condition numbers of
+a sample of the normal equations; and the design matrices of the first outer paths' regressions, by the Jacobi
+SVD: their smallest effective rank (singular values above &sigma;<sub>max</sub> / &radic;cond_max, those the
+eigen fallback keeps) against the basis size p, how many fall below p, and the median &kappa;(X)<sup>2</sup>,
+the condition the normal equations inherit. A rank below p (too few in-the-money paths, or regressors nearly
+collinear on them) is where LDL<sup>T</sup> breaks down and the eigen fallback takes over.</p>
 {{ solver_html|safe }}
 <p class="note">Versions: {% for k, v in s.versions.items() %}{{ k }} {{ v }}; {% endfor %}
 config hash {{ s.config_hash }}.</p>
@@ -188,11 +196,18 @@ def solver_table(plan, stats) -> pd.DataFrame:
         cond = np.asarray(stats.cond[g], dtype=float)
         cond = cond[np.isfinite(cond)]
         q = np.quantile(cond, [0.5, 0.99]) if cond.size else [np.nan, np.nan]
+        design = np.asarray(stats.design[g], dtype=float).reshape(-1, 3)        # (rank, p, kappa^2)
         rows.append({"date": plan.grid[g], "exposure_date": bool(is_exposure[g]), **row,
                      "cond_median": q[0], "cond_p99": q[1], "cond_max": cond.max() if cond.size else np.nan,
-                     "cond_samples": int(cond.size)})
+                     "cond_samples": int(cond.size),
+                     "design_p": int(design[:, 1].max()) if design.size else 0,
+                     "design_rank_min": int(design[:, 0].min()) if design.size else 0,
+                     "design_rank_deficient": int(np.sum(design[:, 0] < design[:, 1])),
+                     "design_cond_median": float(np.median(design[:, 2])) if design.size else np.nan,
+                     "design_samples": int(design.shape[0])})
     cols = ["date", "exposure_date", "systems", "regressions", "ldlt", "householder_pcr", "eig_truncate", "none",
-            "max_residual", "discarded", "failed", "cond_median", "cond_p99", "cond_max", "cond_samples"]
+            "max_residual", "discarded", "failed", "cond_median", "cond_p99", "cond_max", "cond_samples", "design_p",
+            "design_rank_min", "design_rank_deficient", "design_cond_median", "design_samples"]
     return pd.DataFrame(rows, columns=cols)
 
 
