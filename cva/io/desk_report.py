@@ -248,6 +248,6 @@ def _write(out_dir, cfg, book, profiles, names, solver, summary, text):
         s=summary, images=images, estimator_note=report._estimator_note(summary),
         trades_html=report._table(trades, "trades", 5), levels_html=report._table(pd.DataFrame(summary["levels"]),
                                                                                   "levels", 4),
-        solver_html=report._table(solver, "solver", 3))
+        solver_html=report.solver_tables(solver))
     rundir.write_text(out_dir / "report.html", html)
     rundir.write_text(out_dir / "summary.json", text)

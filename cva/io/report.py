@@ -342,6 +342,16 @@ def _plots(prof, solver, stats, timings, levels, pfe_quantile=measures.PFE_LEVEL
     return out
 
 
+DESIGN_COLUMNS = ["design_p", "design_rank_min", "design_rank_deficient", "design_cond_median", "design_samples"]
+
+
+def solver_tables(solver) -> str:
+    """The solver table in two (it is too wide for a page in one): the methods and conditions, then the design
+    matrices' diagnostics, each by date."""
+    return (_table(solver.drop(columns=DESIGN_COLUMNS), "solver", 3)
+            + _table(solver[["date", "exposure_date", *DESIGN_COLUMNS]], "design", 3))
+
+
 def _table(df, name, digits) -> str:
     """``df`` as HTML in a horizontally scrolling div, with the report's headers and ``digits`` significant
     digits (the CSV files keep every digit)."""
@@ -451,7 +461,7 @@ def _write(out_dir, cfg, prof, solver, stats, timings, summary, text, q):
         captions={"exposure.png": exposure_caption(prof, q)},
         exposures_html=_table(prof.rename(columns={"PFE": pfe_label(q)}), "exposures", 5),
         levels_html=_table(pd.DataFrame(summary["levels"]), "levels", 4),
-        estimator_note=_estimator_note(summary), solver_html=_table(solver, "solver", 3))
+        estimator_note=_estimator_note(summary), solver_html=solver_tables(solver))
     rundir.write_text(out_dir / "report.html", html)
     rundir.write_text(out_dir / "summary.json", text)
 
