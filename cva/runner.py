@@ -95,12 +95,13 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         out_dir.mkdir(parents=True, exist_ok=True)
     spec = cluster if cluster is not None else cfg.run.cluster
     with rundir.locked(out_dir) if write else contextlib.nullcontext(), connected(spec) as client:
-        executor = None if client is None else Executor(client, cfg, "cpu" if xp is np else "gpu")
+        executor, n_workers = None, None
         if client is not None:
-            log(f"cluster: {workers(client)} workers ({client.scheduler.address})")
+            executor, n_workers = Executor(client, cfg, "cpu" if xp is np else "gpu"), workers(client)
+            log(f"cluster: {n_workers} workers ({client.scheduler.address})")
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
         chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
-                    or chunk_size(plan, model.d, dtype.itemsize, xp, None if client is None else workers(client)))
+                    or chunk_size(plan, model.d, dtype.itemsize, xp, n_workers))
         manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
                     "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg)}
         if resume:
@@ -123,8 +124,8 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
         if cfg.is_desk:
             book = Book(cfg, plan, credits)
-            values = book.values(plan, quantities, order)                   # (sets, N, netting sets, K)
-            g = book.cva_functional(plan, model, own)
+            values = book.values()                                          # (sets, N, netting sets, K)
+            g = book.cva_functional(model, own)
         else:
             counterparty = credits["counterparty"]
             g = cva_functional(plan, model, counterparty, own)

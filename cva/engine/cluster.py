@@ -12,10 +12,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import time
 import uuid
 
-from cva.engine.nested import STAGES, DateStats, chunk_values
+from cva.engine.nested import timed_chunk
 
 TIMEOUT = "20s"            # connecting to a scheduler
 
@@ -89,14 +88,9 @@ def _setup(config_json, backend):
 
 
 def chunk_task(config_json, backend, l0, Lc, inner_paths, splits, cond_sample):
-    """One chunk on a worker: ``(values, stats, timings, seconds)`` as :class:`cva.engine.nested.Levels` keeps
-    them (``l0`` the chunk's first outer key)."""
+    """One chunk on a worker, :func:`cva.engine.nested.timed_chunk` (``l0`` the chunk's first outer key)."""
     cfg, plan, model, xp = _setup(config_json, backend)
-    t0 = time.perf_counter()
-    stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
-    values = chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, inner_paths=inner_paths, splits=splits,
-                          cond_sample=cond_sample)
-    return values, stats.to_json(), timings, time.perf_counter() - t0
+    return timed_chunk(cfg, plan, model, xp, l0, Lc, inner_paths, splits, cond_sample)
 
 
 class Executor:

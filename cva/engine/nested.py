@@ -165,9 +165,10 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
                 stats.add(g, res, len(members))
                 n_design = max(0, min(Lc, cond_sample - COND_SAMPLE + DESIGN_SAMPLE))
                 for ci in members if n_design else ():                # the design matrices of the first paths
-                    one = replace(plan.contracts[ci], asset=0) if S_a is not None else plan.contracts[ci]
-                    stats.add_design(g, diagnostics.sample(S_c if S_a is None else S_a, one.payoff_value, psi,
-                                                           sim.itm_only, n_design, cfg.regression.cond_max))
+                    one = plan.contracts[ci].payoff_value if S_a is None else _stacked_payoff([plan.contracts[ci]],
+                                                                                              Lc, dtype, xp)
+                    stats.add_design(g, diagnostics.sample(S_c if S_a is None else S_a, one, psi, sim.itm_only,
+                                                           n_design, cfg.regression.cond_max))
                 clock("statistics")
                 for pos, ci in enumerate(members):                       # (k is the exposure column)
                     rows = slice(pos * Lc, (pos + 1) * Lc)
@@ -192,6 +193,16 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     V = _host(V)
     clock("io")                                                                        # (to the host)
     return V
+
+
+def timed_chunk(cfg, plan, model, xp, key0, Lc, inner_paths, splits, cond_sample):
+    """:func:`chunk_values` of the outer keys key0 .. key0 + Lc - 1 with its own statistics and stage times:
+    (values, stats as JSON data, timings, seconds), as a run keeps a chunk (here or on a cluster worker)."""
+    t0 = time.perf_counter()
+    stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
+    values = chunk_values(cfg, plan, model, xp, key0, Lc, stats, timings, inner_paths=inner_paths, splits=splits,
+                          cond_sample=cond_sample)
+    return values, stats.to_json(), timings, time.perf_counter() - t0
 
 
 def _stacks(plan, inner, g, d):
@@ -255,7 +266,8 @@ class Levels:
         self.stats, self.timings, self.log, self.bar = stats, timings, log, bar
         self.specs = level_specs(cfg)
         self.cond_level = len(self.specs) - 1                          # the configured finest level
-        self.parts = [[] for _ in self.specs]
+        self.parts = [[] for _ in self.specs]           # per level, its values: chunks, joined by levels()
+        self.chunks = [0 for _ in self.specs]           # per level, the chunks so far (the next chunk's index)
         self.seconds = [0.0] * len(self.specs)
         self.loaded = {}
         if resume:
@@ -266,6 +278,7 @@ class Levels:
         m, _ = self.specs[-1]
         self.specs.append((2 * m, 1))
         self.parts.append([])
+        self.chunks.append(0)
         self.seconds.append(0.0)
         self.loaded[len(self.specs) - 1] = (rundir.load_chunks(self.out_dir, self.hash, len(self.specs) - 1)
                                             if self.loaded else [])
@@ -283,7 +296,7 @@ class Levels:
         requests, l0 = [], self.have(li)
         while l0 < n:
             Lc = min(self.chunk, n - l0)
-            requests.append((len(self.parts[li]) + len(requests), l0, Lc))
+            requests.append((self.chunks[li] + len(requests), l0, Lc))
             l0 += Lc
         saved = self.loaded.get(li, [])
         todo = [r for r in requests if r[0] >= len(saved)]
@@ -299,6 +312,7 @@ class Levels:
                 _add_timings(self.timings, meta["timings"])
                 self.seconds[li] += meta["seconds"]
                 self.parts[li].append(values)
+                self.chunks[li] += 1
                 self._tick()
                 continue
             values, stats, timings, seconds = done[i] if i in done else self._compute(li, l0, Lc)
@@ -308,6 +322,7 @@ class Levels:
             _add_timings(self.timings, timings)
             self.seconds[li] += seconds
             self.parts[li].append(values)
+            self.chunks[li] += 1
             if self.executor is None:
                 self._tick(f"level {li} ({self.specs[li][0]} inner paths): outer paths {l0}..{l0 + Lc - 1} in "
                            f"{seconds:.2f} s")
@@ -318,21 +333,17 @@ class Levels:
     def _compute(self, li, l0, Lc):
         """One chunk in this process: (values, stats, timings, seconds)."""
         M, splits = self.specs[li]
-        plan, dtype = self.plan, np.dtype(self.cfg.run.dtype)
-        t0 = time.perf_counter()
-        chunk_stats, chunk_timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
         try:
-            values = chunk_values(self.cfg, plan, self.model, self.xp, li * MLMC_LEVEL_PATHS + l0, Lc,
-                                  chunk_stats, chunk_timings, inner_paths=M, splits=splits,
-                                  cond_sample=self._cond_sample(li, l0))
+            out = timed_chunk(self.cfg, self.plan, self.model, self.xp, li * MLMC_LEVEL_PATHS + l0, Lc, M, splits,
+                              self._cond_sample(li, l0))
         except MemoryError as exc:
-            need = bytes_per_outer_path(plan, self.model.d, dtype.itemsize) * Lc / 2**30
+            need = bytes_per_outer_path(self.plan, self.model.d, np.dtype(self.cfg.run.dtype).itemsize) * Lc / 2**30
             fix = "simulation.inner_paths" + ("" if Lc <= 2 else " or the chunk (--chunk, simulation.chunk)")
             raise MemoryError(f"out of memory in level {li} ({Lc} outer x {M} inner paths, outer paths {l0}.."
                               f"{l0 + Lc - 1}, about {need:,.1f} GiB by the chunk estimate): {exc}; lower {fix}"
                               ) from exc
-        self._check_finite(values, li, l0, Lc)
-        return values, chunk_stats.to_json(), chunk_timings, time.perf_counter() - t0
+        self._check_finite(out[0], li, l0, Lc)
+        return out
 
     def _check_finite(self, values, li, l0, Lc):
         if not np.isfinite(values).all():
@@ -374,10 +385,13 @@ class Levels:
             self.log(line)
 
     def levels(self, values=None) -> list[Level]:
-        """The levels so far; with ``values``, each level's sets mapped by it (the value cube to the netted values)."""
+        """The levels so far; with ``values``, each level's sets mapped by it (the value cube to the netted values).
+        A level's chunks are joined once and kept joined (the cube is not copied again by the next call)."""
         out = []
         for li, (m, splits) in enumerate(self.specs):
-            sets = np.concatenate(self.parts[li], axis=1)
+            if len(self.parts[li]) > 1:
+                self.parts[li] = [np.concatenate(self.parts[li], axis=1)]
+            sets = self.parts[li][0]
             out.append(Level(li, m, splits, sets if values is None else values(sets), self.seconds[li],
                              paired=self.cfg.simulation.outer_antithetic))
         return out

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from cva.engine.estimators import combine, decay_warnings, level_table
-from cva.engine.plan import netting_order
 from cva.io import report, rundir
 from cva.xva import measures
 from cva.xva.collateral import trade_collateral
@@ -134,18 +133,19 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
     RunResult (``cva`` the desk's, ``exposures`` every netting set's profile with its names). ``prices``: the
     trades' t = 0 prices (:func:`cva.engine.pricing.price`, one row per trade in portfolio order)."""
     estimator, q = cfg.simulation.estimator, cfg.output.pfe_quantile
-    quantities, order = [c.quantity for c in plan.contracts], netting_order(plan)
-    raw = lv.levels(book.values(plan, quantities, order, collateral=False)) if any(
-        e.csa is not None for e in book.entries) else netted
-    total, cps, profiles = desk_measures(book, plan, model, netted, raw, estimator, q, own)
-    g = book.cva_functional(plan, model, own)
+
+    def uncollateralized(j):
+        return [replace(x, sets=x.sets[..., 0, :]) for x in lv.levels(book.values(collateral=False, which=[j]))]
+
+    total, cps, profiles = desk_measures(book, model, netted, uncollateralized, estimator, q, own)
+    g = book.cva_functional(model, own)
     est = combine(netted, g, estimator)
     levels = level_table(netted, g, estimator)
     cube = lv.levels()
     trades = []
     for j, e in enumerate(book.entries):
-        shares = None if e.csa is None else [trade_collateral(lv.sets, quantities, order, e.members, plan, e.csa,
-                                                              book.margins[j]) for lv in cube]
+        shares = None if e.csa is None else [trade_collateral(c.sets, book.quantities, book.order, e.members, plan,
+                                                              e.csa, book.margins[j]) for c in cube]
         rows = measures.cva_allocations(cube, [replace(n, sets=n.sets[..., j, :]) for n in netted], plan, model,
                                         book.credits[e.counterparty], estimator, own, members=e.members,
                                         collateral=shares)

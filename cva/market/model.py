@@ -168,19 +168,13 @@ class BlackScholes:
         if outer_antithetic:
             if n_paths != 1 or antithetic:
                 raise ValueError("outer_antithetic pairs the outer indices of one path each")
-            l0, n_outer = outer
-            b0, b1 = l0 // 2, (l0 + n_outer - 1) // 2
-            zb = rng.normals(seed, purpose, (b0, b1 - b0 + 1), (inner0, 1), date, (step0, T), self.d, dtype=dtype,
-                             xp=xp)
-            o = np.arange(l0, l0 + n_outer)
-            sign = xp.asarray((1 - 2 * (o % 2)).astype(dtype))[:, None, None, None]
-            z = zb[xp.asarray(o // 2 - b0)] * sign                                       # (n_outer, 1, T, d)
+            keys, pick, sign = _pairs(*outer, dtype, xp)
+            zb = rng.normals(seed, purpose, keys, (inner0, 1), date, (step0, T), self.d, dtype=dtype, xp=xp)
+            z = zb[pick] * sign[:, None, None, None]                                     # (n_outer, 1, T, d)
         elif antithetic:
-            b0, b1 = inner0 // 2, (inner0 + n_paths - 1) // 2
-            zb = rng.normals(seed, purpose, outer, (b0, b1 - b0 + 1), date, (step0, T), self.d, dtype=dtype, xp=xp)
-            m = np.arange(inner0, inner0 + n_paths)
-            sign = xp.asarray((1 - 2 * (m % 2)).astype(dtype))[None, :, None, None]
-            z = zb[:, xp.asarray(m // 2 - b0)] * sign                                    # (n_outer, M, T, d)
+            keys, pick, sign = _pairs(inner0, n_paths, dtype, xp)
+            zb = rng.normals(seed, purpose, outer, keys, date, (step0, T), self.d, dtype=dtype, xp=xp)
+            z = zb[:, pick] * sign[None, :, None, None]                                  # (n_outer, M, T, d)
         else:
             z = rng.normals(seed, purpose, outer, (inner0, n_paths), date, (step0, T), self.d, dtype=dtype, xp=xp)
         start = self.spot if start is None else start
@@ -192,6 +186,15 @@ class BlackScholes:
     def forward(self, t: float) -> np.ndarray:
         """E[S(t)] per asset under the risk-neutral measure."""
         return self.spot * np.exp((self.rate - self.dividend) * t)
+
+
+def _pairs(first, count, dtype, xp):
+    """Antithetic pairs of the indices first .. first + count - 1: index i draws the normals of key i // 2 times
+    (-1)^i. Returns the key range (k0, n) to draw, each index's position in it and its sign."""
+    i = np.arange(first, first + count)
+    k0 = first // 2
+    return ((k0, (first + count - 1) // 2 - k0 + 1), xp.asarray(i // 2 - k0),
+            xp.asarray((1 - 2 * (i % 2)).astype(dtype)))
 
 
 def _paths_gpu(w, start, scale, sqrt_h, drift):
