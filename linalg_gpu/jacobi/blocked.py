@@ -37,12 +37,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import get_array_module, to_host
+from ._shared import JacobiInfo, _output_slots, _row_norms, frobenius, zero_threshold
 from .block import SIZES, block_eigh
 from .congruence import block_hyperbolic, block_hz
-from .gsvd import frobenius, zero_threshold
-from .hsvd import _output_slots
 from .orderings import round_robin
-from .svd import _row_norms
 
 BLOCK = 32
 # The inner Jacobi's sweeps per outer step (Novakovic-Singer HSVD's block-oriented variant runs one, the
@@ -347,8 +345,6 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, assume_symmetric=False, return_in
 
     layout = _Layout(xp, nb, block)
     sweeps, converged, off = _sweep(layout, measure, step, tol, max_sweeps, eps)
-    from .klt import JacobiInfo
-
     info = JacobiInfo(sweeps=sweeps, converged=converged, rotations=sweeps * layout.steps * k,
                       off_norm=off, tol=tol)
     if not converged and not return_info:

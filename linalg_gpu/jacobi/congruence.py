@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import get_array_module
+from ._shared import _hyperbolic_pair, hz_transform
 from .block import SIZES, THREADS
 from .orderings import round_robin
 
@@ -62,8 +63,6 @@ def _check(A):
 
 
 def _twin(A, B, sign, tol, max_sweeps):
-    from .gsvd import hz_transform
-    from .hsvd import _hyperbolic_pair
 
     b, K, _ = A.shape
     dt = A.dtype.type

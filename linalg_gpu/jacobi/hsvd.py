@@ -40,6 +40,7 @@ import numbers
 import numpy as np
 
 from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
+from ._shared import _hyperbolic_pair, _output_slots, _sorted_positions  # noqa: F401
 from .orderings import modified_modulus
 from .svd import (
     _apply_q,
@@ -112,47 +113,6 @@ def _check_full_rank(G, need):
 
 # ---------------------------------------------------------------------------------------------
 # the Jacobi core (trusts its input)
-
-
-def _sorted_positions(d, sign):
-    """Column indices by position: the j = +1 columns by d descending, then the j = -1 ones ascending."""
-    pos = np.flatnonzero(sign > 0)
-    neg = np.flatnonzero(sign < 0)
-    return np.concatenate([pos[np.argsort(-d[pos], kind="stable")], neg[np.argsort(d[neg], kind="stable")]])
-
-
-def _output_slots(s, row_sign, sign):
-    """For each output slot k (G's column order), the row of ``s`` it takes: among the rows of the
-    sign ``sign[k]``, the + ones by s descending, the - ones ascending, so that V keeps J as given."""
-    order = _sorted_positions(s, row_sign)
-    npos = int((row_sign > 0).sum())
-    pick = np.empty(len(sign), dtype=np.int64)
-    pick[sign > 0], pick[sign < 0] = order[:npos], order[npos:]
-    return pick
-
-
-def _hyperbolic_pair(alpha, beta, gamma, hyp):
-    """The 2 x 2 transformations [g_i g_j] <- [g_i g_j] [[a, b], [e, f]] of the pairs (eqs. 2.2-2.5):
-    [[c, ct], [-ct, c]] or [[ch, ch t], [ch t, ch]],
-    and t; ``hyp`` True for opposite signs. Returns (a, b, e, f, t, ok) with ok False where a
-    hyperbolic pair has |zeta| <= 1 (the columns are numerically dependent)."""
-    dt = alpha.dtype.type
-    one = dt(1)
-    t = np.empty_like(alpha)
-    ok = np.ones(alpha.shape, dtype=bool)
-    tr = ~hyp
-    if tr.any():                                                         # trigonometric, eq. 2.4
-        zeta = (beta[tr] - alpha[tr]) / (2 * gamma[tr])
-        t[tr] = np.copysign(one, zeta) / (np.abs(zeta) + np.hypot(one, zeta))
-    if hyp.any():                                                        # hyperbolic, eq. 2.5
-        zeta = (alpha[hyp] + beta[hyp]) / (2 * gamma[hyp])
-        az = np.abs(zeta)
-        ok[hyp] = az > 1
-        root = np.sqrt(np.maximum(az - 1, 0) * (az + 1))
-        t[hyp] = -np.copysign(one, zeta) / (az + root)
-    c = one / np.sqrt(np.where(hyp, (one - t) * (one + t), one + t * t))  # cos phi or cosh phi
-    s = c * t
-    return c, s, np.where(hyp, s, -s), c, t, ok
 
 
 def _hyperbolic_jacobi(W, Wt, sign, tol, max_sweeps):

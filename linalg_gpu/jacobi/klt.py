@@ -19,43 +19,17 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 
 import numpy as np
 
 from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
+from ._shared import JacobiInfo
 from .orderings import ORDERINGS, sweep
 from .svd import _exponent, _ldexp_finite
 
 __all__ = ["jacobi_eigh", "klt", "JacobiInfo"]
 
 SYMMETRY_RTOL = 100        # |A - A^T| <= SYMMETRY_RTOL * eps * max|A| counts as symmetric
-
-
-@dataclass(frozen=True)
-class JacobiInfo:
-    """What a Jacobi run did (``return_info=True``).
-
-    Attributes
-    ----------
-    sweeps : int
-        Sweeps run, including the last one, which rotates nothing when ``converged``.
-    converged : bool
-        A sweep rotated no pair within ``max_sweeps`` sweeps.
-    rotations : int
-        Plane rotations applied over all sweeps.
-    off_norm : float
-        ||offdiag(A_final)||_F / ||A||_F (0 for the zero matrix): the part of A left off the
-        diagonal, relative to A (the diagonalization metric off(A), eq. 2 of Torun et al.).
-    tol : float
-        The rotation threshold used.
-    """
-
-    sweeps: int
-    converged: bool
-    rotations: int
-    off_norm: float
-    tol: float
 
 
 # ---------------------------------------------------------------------------------------------

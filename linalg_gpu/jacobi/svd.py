@@ -31,6 +31,7 @@ import numbers
 import numpy as np
 
 from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
+from ._shared import _row_norms
 from .orderings import ORDERINGS, sweep
 
 __all__ = ["jacobi_svd", "PRECONDITIONERS"]
@@ -153,15 +154,6 @@ def _ldexp_finite(x, e, overflow_message):
     if not bool(xp.isfinite(x).all()):
         raise OverflowError(overflow_message)
     return x
-
-
-def _row_norms(W):
-    """Euclidean norms of the rows of W (numpy or cupy, real or complex), scaled per row so that tiny rows
-    do not underflow and huge ones do not overflow."""
-    xp = get_array_module(W)
-    mx = xp.abs(W).max(axis=1) if W.shape[1] else xp.zeros(W.shape[0], xp.abs(W).dtype)   # (n,)
-    safe = xp.where(mx > 0, mx, 1).astype(mx.dtype)
-    return mx * xp.sqrt((xp.abs(W / safe[:, None]) ** 2).sum(axis=1))
 
 
 def _relative_off(W, s):
