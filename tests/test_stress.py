@@ -77,3 +77,15 @@ def test_cli_writes_its_files_and_keeps_the_user_s(tmp_path, capsys):
     assert main(["analyze", "stress", base, str(one)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "different numbers of assets: base d = 3, stress d = 1" in err[0]
+
+
+def test_a_singular_base_is_named():
+    """A repaired correlation lies on the semidefinite boundary (an eigenvalue 0): no finite ratio in its null
+    direction, one line instead of a division by zero."""
+    from cva.market.nearest_correlation import nearest_correlation
+
+    C = nearest_correlation([[1.0, 0.9, 0.7], [0.9, 1.0, 0.3], [0.7, 0.3, 1.0]]).matrix
+    base = BlackScholes(spot=np.ones(3), vol=0.2, dividend=0.0, rate=0.0, correlation=C)
+    stress = BlackScholes(spot=np.ones(3), vol=0.3, dividend=0.0, rate=0.0, correlation=0.5)
+    with pytest.raises(ValueError, match=r"the base correlation is singular \(smallest eigenvalue"):
+        stress_directions(base, stress)

@@ -386,6 +386,21 @@ def _cluster(v):
     return v
 
 
+def _factors(v):
+    """``market.factors``: a positive integer k, or ``{explained: x}`` with x in (0, 1]."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        if v < 1:
+            raise _fail(f"must be a positive number of factors or {{explained: x}} with x in (0, 1], got {v}")
+        return v
+    if isinstance(v, Mapping) and set(v) == {"explained"}:
+        x = v["explained"]
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 < x <= 1.0:
+            return {"explained": float(x)}
+        raise _fail(f"explained must be a number in (0, 1] (the share of the variance the factors keep), "
+                    f"got {_show(x)}")
+    raise _fail(f"must be a positive number of factors k or {{explained: x}} with x in (0, 1], got {_show(v)}")
+
+
 class Run(_Section):
     """``run``: name, seed, backend and dtype of the run."""
 
@@ -431,9 +446,14 @@ class Market(_Section):
     repair_correlation: bool = Field(
         False, description="replace a correlation that is not positive semidefinite by the nearest correlation "
                            "matrix (Higham's alternating projections; reported in summary.json and the report)")
+    factors: Annotated[int | dict, BeforeValidator(_factors)] | None = Field(
+        None, description="drive the d assets with k < d normals: the leading k factors of the correlation's "
+                          "Karhunen-Loeve transform (Jacobi eigensolver), each asset keeping its vol; an integer k "
+                          "or {explained: x}, the fewest factors explaining the share x of the variance")
     correlation_repair: dict | None = None
+    factor_model: dict | None = None
 
-    _internal = frozenset({"correlation_repair"})
+    _internal = frozenset({"correlation_repair", "factor_model"})
 
     @classmethod
     def _prepare(cls, data):
@@ -475,6 +495,21 @@ class Market(_Section):
                 fixed = nearest_correlation(C)
                 self._set(correlation=tuple(tuple(float(x) for x in row) for row in fixed.matrix),
                           correlation_repair={**fixed.to_json(), "input": self.correlation})
+
+    def _check(self):
+        if self.factors is None:
+            return []
+        if isinstance(self.factors, int) and self.factors > self.d:
+            return [(("factors",), f"must be at most d = {self.d} (the number of assets), got {self.factors}")]
+        from cva.market.factors import klt_factors
+
+        k, share = (self.factors, None) if isinstance(self.factors, int) else (None, self.factors["explained"])
+        C = self.correlation_matrix
+        try:
+            self._set(factor_model=klt_factors(C, k, explained=share).to_json(C))
+        except ValueError as exc:
+            return [(("factors",), str(exc))]
+        return []
 
     @property
     def d(self) -> int:
@@ -1133,6 +1168,7 @@ class Config(_Section):
         """The normalized configuration as plain YAML/JSON data, in the input's form (it loads again; a desk's
         trades_file is read into its netting sets)."""
         out = self.model_dump(mode="json", exclude_none=True)
+        out["market"].pop("factor_model", None)
         repair = out["market"].pop("correlation_repair", None)
         if repair is not None:
             out["market"]["correlation"] = repair["input"]                    # repaired again when loaded

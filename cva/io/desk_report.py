@@ -59,6 +59,15 @@ desk's over its counterparties; their standard errors come from the per-path sum
 semidefinite (smallest eigenvalue {{ "%.3g"|format(s.correlation_repair.eigenvalues_before[0]) }}): the run uses the
 nearest correlation matrix (Higham), {{ "%.3g"|format(s.correlation_repair.distance_frobenius) }} away in the
 Frobenius norm (smallest eigenvalue {{ "%.3g"|format(s.correlation_repair.eigenvalues_after[0]) }}).</p>{% endif %}
+{% if s.factors %}<p class="note" id="factors">The {{ s.factors.d }} assets are driven by {{ s.factors.k }}
+factor{{ "s" if s.factors.k > 1 }}: the leading ones of the Karhunen-Loeve transform of the correlation (Jacobi
+eigensolver), each asset's loadings scaled to unit norm so that its volatility is kept. They explain {{
+"%.2f"|format(100 * s.factors.explained_total) }}% of the variance; the model's correlation is {{
+"%.3g"|format(s.factors.correlation_distance_frobenius) }} away from the one given (Frobenius norm).</p>
+<table><tr><th>factor</th><th>explained</th><th>cumulative</th></tr>
+{% set ns = namespace(total=0.0) %}{% for e in s.factors.explained %}{% set ns.total = ns.total + e %}
+<tr><td>{{ loop.index }}</td>
+<td>{{ "%.2f"|format(100 * e) }}%</td><td>{{ "%.2f"|format(100 * ns.total) }}%</td></tr>{% endfor %}</table>{% endif %}
 <h2 id="counterparties">Counterparties</h2>
 <table><tr><th>counterparty</th><th>CVA</th><th>std. error</th>{% if s.own_credit %}<th>DVA</th>
 <th>std. error</th>{% endif %}<th>netting sets</th></tr>
@@ -176,7 +185,7 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
                    "failed": int(solver["failed"].sum())},
         "elapsed_seconds": elapsed, "runtime_seconds": dict(timings), "versions": report._versions(),
         "config_hash": manifest["config_hash"], "config": cfg.to_dict(),
-        "correlation_repair": cfg.market.correlation_repair,
+        "correlation_repair": cfg.market.correlation_repair, "factors": cfg.market.factor_model,
     }
     if own is not None:
         summary.update({"dva": total["dva"], "dva_stderr": total["dva_stderr"], "dva_ci_low": total["dva_ci"][0],

@@ -99,6 +99,15 @@ nearest correlation matrix (Higham's alternating projections, {{ s.correlation_r
 {{ "%.3g"|format(s.correlation_repair.eigenvalues_after[0]) }}. Eigenvalues before: {{
 s.correlation_repair.eigenvalues_before|map("round", 4)|join(", ") }}; after: {{
 s.correlation_repair.eigenvalues_after|map("round", 4)|join(", ") }}.</p>{% endif %}
+{% if s.factors %}<p class="note" id="factors">The {{ s.factors.d }} assets are driven by {{ s.factors.k }}
+factor{{ "s" if s.factors.k > 1 }}: the leading ones of the Karhunen-Loeve transform of the correlation (Jacobi
+eigensolver), each asset's loadings scaled to unit norm so that its volatility is kept. They explain {{
+"%.2f"|format(100 * s.factors.explained_total) }}% of the variance; the model's correlation is {{
+"%.3g"|format(s.factors.correlation_distance_frobenius) }} away from the one given (Frobenius norm).</p>
+<table><tr><th>factor</th><th>explained</th><th>cumulative</th></tr>
+{% set ns = namespace(total=0.0) %}{% for e in s.factors.explained %}{% set ns.total = ns.total + e %}
+<tr><td>{{ loop.index }}</td>
+<td>{{ "%.2f"|format(100 * e) }}%</td><td>{{ "%.2f"|format(100 * ns.total) }}%</td></tr>{% endfor %}</table>{% endif %}
 <h2>Measures</h2>
 <table><tr><th>EPE</th><th>EEPE</th><th>max EE</th><th>max {{ pfe }}</th></tr>
 <tr><td>{{ "%.6g"|format(s.EPE) }}</td><td>{{ "%.6g"|format(s.EEPE) }}</td><td>{{ "%.6g"|format(s.max_EE) }}</td>
@@ -427,6 +436,7 @@ def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, d
     summary["trades"] = list(trades or [])
     summary["csa"] = None if cfg.csa is None else cfg.csa.model_dump()
     summary["correlation_repair"] = cfg.market.correlation_repair
+    summary["factors"] = cfg.market.factor_model
     if sensitivities is not None:
         summary["sensitivities"] = sensitivities
     summary["status"] = "complete"

@@ -7,7 +7,8 @@ correlation C,
 
 with z standard normal (from :mod:`cva.market.rng`). The step is exact for any h, so any grid works.
 The paper's Black-Scholes setting (section 2 of ``001_4133cfb59d0e090f.txt``) is the case of
-one vol and a scalar correlation.
+one vol and a scalar correlation. With a factor ``loading`` B (d, k) (:mod:`cva.market.factors`), L = B: each
+step draws k normals instead of d and the correlation is B B^T.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class BlackScholes:
     """d-asset Black-Scholes market: spot, vol, dividend (d,), flat rate, correlation (d, d).
 
     Build it with :meth:`from_market` (from a validated config) or directly; the constructor
-    checks shapes and signs and the correlation with :func:`correlation_matrix`.
+    checks shapes and signs and the correlation with :func:`correlation_matrix`. ``loading`` (d, k), optional,
+    drives the d assets with k factors (then ``correlation`` must be B B^T).
     """
 
     spot: np.ndarray
@@ -93,6 +95,7 @@ class BlackScholes:
     dividend: np.ndarray
     rate: float
     correlation: np.ndarray
+    loading: np.ndarray | None = None
 
     def __post_init__(self):
         spot = np.atleast_1d(np.asarray(self.spot, dtype=float))
@@ -110,16 +113,38 @@ class BlackScholes:
         object.__setattr__(self, "dividend", div)
         object.__setattr__(self, "rate", float(self.rate))
         object.__setattr__(self, "correlation", correlation_matrix(self.correlation, d))
+        if self.loading is not None:
+            B = np.asarray(self.loading, dtype=float)
+            if B.ndim != 2 or B.shape[0] != d or not 1 <= B.shape[1] <= d or not np.all(np.isfinite(B)):
+                raise ValueError(f"loading must be a finite (d, k) matrix with d = {d} and 1 <= k <= d, "
+                                 f"got shape {B.shape}")
+            if np.abs(B @ B.T - self.correlation).max() > 1e-8:
+                raise ValueError("correlation must equal loading @ loading.T when a factor loading is given")
+            object.__setattr__(self, "loading", B)
 
     @classmethod
     def from_market(cls, market) -> BlackScholes:
-        """From the ``market`` section of a :class:`cva.io.config.Config`."""
+        """From the ``market`` section of a :class:`cva.io.config.Config` (with its KLT factors if it has any)."""
+        C, B = market.correlation_matrix, None
+        if market.factor_model is not None:
+            from cva.market.factors import klt_factors
+            f = klt_factors(C, market.factor_model["k"])
+            C, B = f.correlation, f.loading
         return cls(spot=np.asarray(market.spot), vol=np.asarray(market.vol), dividend=np.asarray(market.dividend),
-                   rate=market.rate, correlation=market.correlation_matrix)
+                   rate=market.rate, correlation=C, loading=B)
 
     @property
     def d(self) -> int:
         return self.spot.shape[0]
+
+    @property
+    def n_normals(self) -> int:
+        """Normals per time step: k with a factor loading, else d."""
+        return self.d if self.loading is None else self.loading.shape[1]
+
+    def square_root(self) -> np.ndarray:
+        """L (d, k) with L L^T = correlation: the factor loading, else :func:`correlation_factor`."""
+        return correlation_factor(self.correlation) if self.loading is None else self.loading
 
     def paths(self, start, times, z):
         """Exact log-normal paths from ``start`` at ``times[0]`` through ``times[1:]``.
@@ -129,7 +154,7 @@ class BlackScholes:
         start : array (..., d) or (d,)
             Asset prices at ``times[0]``; broadcast against the path dimensions of ``z``.
         times : (T + 1,) increasing floats.
-        z : array (..., T, d)
+        z : array (..., T, n_normals)
             Independent standard normals (from :func:`cva.market.rng.normals`), numpy or cupy.
 
         Returns
@@ -141,11 +166,13 @@ class BlackScholes:
         h = np.diff(np.asarray(times, dtype=float))                                  # (T,)
         if h.shape[0] != z.shape[-2] or np.any(h <= 0):
             raise ValueError(f"times must be increasing with {z.shape[-2] + 1} entries, got {len(times)}")
+        if z.shape[-1] != self.n_normals:
+            raise ValueError(f"z must have {self.n_normals} normals per step (its last axis), got {z.shape[-1]}")
         drift = (self.rate - self.dividend - 0.5 * self.vol**2)[None, :] * h[:, None]       # (T, d)
-        if np.array_equal(self.correlation, np.eye(self.d)):
+        if self.loading is None and np.array_equal(self.correlation, np.eye(self.d)):
             w, scale = z, self.vol                                                     # independent assets
         else:
-            w, scale = z @ xp.asarray(correlation_factor(self.correlation) * self.vol[:, None], dtype=dt).T, None
+            w, scale = z @ xp.asarray(self.square_root() * self.vol[:, None], dtype=dt).T, None
         start = xp.asarray(start, dtype=dt)
         if xp is not np:
             return _paths_gpu(w, start, scale, np.sqrt(h), drift)
@@ -169,14 +196,15 @@ class BlackScholes:
             if n_paths != 1 or antithetic:
                 raise ValueError("outer_antithetic pairs the outer indices of one path each")
             keys, pick, sign = _pairs(*outer, dtype, xp)
-            zb = rng.normals(seed, purpose, keys, (inner0, 1), date, (step0, T), self.d, dtype=dtype, xp=xp)
+            zb = rng.normals(seed, purpose, keys, (inner0, 1), date, (step0, T), self.n_normals, dtype=dtype, xp=xp)
             z = zb[pick] * sign[:, None, None, None]                                     # (n_outer, 1, T, d)
         elif antithetic:
             keys, pick, sign = _pairs(inner0, n_paths, dtype, xp)
-            zb = rng.normals(seed, purpose, outer, keys, date, (step0, T), self.d, dtype=dtype, xp=xp)
+            zb = rng.normals(seed, purpose, outer, keys, date, (step0, T), self.n_normals, dtype=dtype, xp=xp)
             z = zb[:, pick] * sign[None, :, None, None]                                  # (n_outer, M, T, d)
         else:
-            z = rng.normals(seed, purpose, outer, (inner0, n_paths), date, (step0, T), self.d, dtype=dtype, xp=xp)
+            z = rng.normals(seed, purpose, outer, (inner0, n_paths), date, (step0, T), self.n_normals, dtype=dtype,
+                            xp=xp)
         start = self.spot if start is None else start
         start = xp.asarray(start, dtype=dtype)
         if start.ndim == 2:

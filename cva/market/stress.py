@@ -16,8 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cva.market.model import BlackScholes, correlation_factor
+from cva.market.model import BlackScholes
 from linalg_gpu.jacobi import gsvd
+
+#: The smallest eigenvalue of the base correlation below which its covariance counts as singular.
+SINGULAR_TOL = 1e-8
 
 
 @dataclass
@@ -38,7 +41,7 @@ class StressDirections:
 
 def covariance_factor(model: BlackScholes) -> np.ndarray:
     """L with L L^T = diag(vol) C diag(vol), the log-return covariance per year."""
-    return model.vol[:, None] * correlation_factor(model.correlation)
+    return model.vol[:, None] * model.square_root()
 
 
 def stress_directions(base: BlackScholes, stress: BlackScholes) -> StressDirections:
@@ -48,6 +51,11 @@ def stress_directions(base: BlackScholes, stress: BlackScholes) -> StressDirecti
         raise ValueError(f"the markets have different numbers of assets: base d = {base.d}, stress d = {stress.d}")
     if np.any(base.vol <= 0):
         raise ValueError("the base market has a zero volatility: its covariance is singular, no ratio is defined")
+    low = float(np.linalg.eigvalsh(base.correlation)[0])
+    if low < SINGULAR_TOL or base.n_normals < base.d:
+        raise ValueError(f"the base correlation is singular (smallest eigenvalue {low:.3g}; a repaired correlation "
+                         "lies on the semidefinite boundary, a factor model has rank k < d): the stress's variance "
+                         "ratio in its null direction is infinite; give a positive definite base")
     Lb, Ls = covariance_factor(base), covariance_factor(stress)
     try:
         _, _, Z, alpha, beta = gsvd(Ls.T.copy(), Lb.T.copy())

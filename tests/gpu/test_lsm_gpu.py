@@ -212,3 +212,22 @@ def test_lognormal_paths_kernel_matches_numpy(dtype, corr):
         np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=tol)
     np.testing.assert_allclose(cp.asnumpy(m.paths(m.spot, times, cp.asarray(z[0]))), m.paths(m.spot, times, z[0]),
                                rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_factor_model_paths_on_the_gpu_are_the_numpy_ones(dtype):
+    """market.factors: k normals per step drive d assets through the KLT loading, on the GPU as in numpy."""
+    from cva.market.factors import klt_factors
+
+    g = np.random.default_rng(3)
+    F = g.standard_normal((12, 3))
+    S = F @ F.T + np.eye(12)
+    C = S / np.sqrt(np.outer(np.diag(S), np.diag(S)))
+    f = klt_factors(C, 4)
+    m = BlackScholes(spot=np.linspace(50, 150, 12), vol=np.linspace(0.1, 0.4, 12), dividend=0.01, rate=0.03,
+                     correlation=f.correlation, loading=f.loading)
+    times = np.array([0.0, 0.25, 0.5, 1.0])
+    cpu = m.sample(times, 16, seed=6, purpose="inner", outer=(3, 5), dtype=dtype)
+    gpu = m.sample(times, 16, seed=6, purpose="inner", outer=(3, 5), dtype=dtype, xp=cp)
+    assert gpu.shape == (5, 16, 3, 12)
+    np.testing.assert_allclose(cp.asnumpy(gpu), cpu, rtol=1e-12 if dtype == np.float64 else 3e-6)
