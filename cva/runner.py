@@ -80,6 +80,8 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in entries}
     plan = build_plan(cfg)
     dtype = np.dtype(cfg.run.dtype)
+    if xp is not np:
+        _check_gpu_regressions(cfg, plan)
     if chunk is not None and int(chunk) < 2:
         raise ValueError(f"chunk must be >= 2, got {chunk}")
     cost = run_cost(cfg, "cpu" if xp is np else "gpu")
@@ -175,4 +177,18 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             rundir.remove_chunks(out_dir)
     return result
 
+
+def _check_gpu_regressions(cfg, plan) -> None:
+    """One line where a contract's LSM regression has more regressors than the GPU solver takes."""
+    from cva.engine.basis import basis_size
+    from linalg_gpu.small._gpu import MAX_N
+
+    for i, c in enumerate(plan.contracts):
+        if c.is_european or (c.underlying == "asset" and cfg.d > 1):       # no regression, or on its own asset
+            continue
+        p = basis_size(plan.basis, cfg.d, plan.payoff_regressor)
+        if p > MAX_N:
+            raise ValueError(f"{'.'.join(map(str, cfg.contract_loc(i)))}: the {c.style} {c.underlying} contract's "
+                             f"regression on d = {cfg.d} assets has {p} regressors (simulation.basis: {plan.basis}), "
+                             f"above the GPU solver's {MAX_N}: use backend cpu, or fewer assets in its underlying")
 

@@ -168,3 +168,25 @@ def test_one_spelling_for_the_symmetry_option():
             spelled[name] = {p for p in params if "symmetric" in p}
     assert all(s <= {"assume_symmetric"} for s in spelled.values()), spelled
     assert "assume_symmetric" in spelled["jacobi_eigh"] and "assume_symmetric" in spelled["solve_small"]
+
+
+def test_a_regression_too_large_for_the_gpu_is_named_before_the_run(tmp_path):
+    """A basket Bermudan on 70 assets regresses on 71 regressors (linear basis): above the GPU solver's 64, one line
+    naming the contract, checked before any path is drawn (the check runs on the CPU here)."""
+    from cva.engine.plan import build_plan
+    from cva.runner import _check_gpu_regressions
+
+    cfg = _base(tmp_path)
+    cfg["market"] = {"spot": 100.0, "vol": 0.2, "rate": 0.02, "assets": 70, "correlation": 0.3}
+    cfg["portfolio"] = [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 3}, "strike": 100.0,
+                         "maturity": 1.0, "exercise_dates": 4},
+                        {"style": "european", "payoff": "call", "underlying": "basket", "strike": 100.0,
+                         "maturity": 1.0},
+                        {"style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 100.0,
+                         "maturity": 1.0, "exercise_dates": 4}]
+    c = load_config(cfg)
+    with pytest.raises(ValueError, match=r"^portfolio.2: the bermudan basket contract's regression on d = 70 assets "
+                                         r"has 71 regressors \(simulation.basis: linear\), above the GPU solver's 64"):
+        _check_gpu_regressions(c, build_plan(c))
+    c2 = load_config({**cfg, "portfolio": cfg["portfolio"][:2]})                # own-asset and European: fine
+    _check_gpu_regressions(c2, build_plan(c2))

@@ -107,8 +107,11 @@ def _bmm(xp, A, B, trans_a=False, trans_b=False, out=None):
     n = B.shape[1 if trans_b else 2]
     C = xp.empty((b, m, n), dtype=A.dtype) if out is None else out
     handle = xp.cuda.device.get_cublas_handle()
-    cublas.setStream(handle, xp.cuda.get_current_stream().ptr)
-    gemm = getattr(cublas, _GEMM[A.dtype])
+    if _CAPTURING:
+        gemm = _graph_gemm(A.dtype, handle)           # the handle's stream was set to the capture's before it
+    else:
+        cublas.setStream(handle, xp.cuda.get_current_stream().ptr)
+        gemm = getattr(cublas, _GEMM[A.dtype])
     op = (cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_C if A.dtype.kind == "c" else cublas.CUBLAS_OP_T)
     # column-major: C^T = op(B)^T op(A)^T, a row-major buffer being its transpose in column-major
     one, zero = _ONE_ZERO[A.dtype]
@@ -178,18 +181,52 @@ def _sweep(layout, measure, step, tol, max_sweeps, eps, graph=False):
         sweeps += 1
 
 
+_CAPTURING = False          # a sweep is being captured: _bmm calls cuBLAS through _graph_gemm
+_LIBCUBLAS = []
+
+
+def _graph_gemm(dtype, handle):
+    """cuBLAS's gemmStridedBatched for ``dtype`` on ``handle``, called through ctypes on the libcublas CuPy loaded:
+    cuBLAS records into a stream capture (NVIDIA's cuBLAS guide, "CUDA Graphs Support"), but CuPy's wrappers
+    refuse to be called during one. Same arguments as CuPy's wrapper."""
+    import ctypes
+
+    if not _LIBCUBLAS:
+        with open("/proc/self/maps") as f:
+            path = next(ln.split()[-1] for ln in f if "libcublas.so" in ln and "libcublasLt" not in ln)
+        _LIBCUBLAS.append(ctypes.CDLL(path))
+    name = {"sgemmStridedBatched": "cublasSgemmStridedBatched", "dgemmStridedBatched": "cublasDgemmStridedBatched",
+            "cgemmStridedBatched": "cublasCgemmStridedBatched",
+            "zgemmStridedBatched": "cublasZgemmStridedBatched"}[_GEMM[np.dtype(dtype)]]
+    fn = getattr(_LIBCUBLAS[0], name)
+    ptr, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    fn.argtypes = [ptr, i32, i32, i32, i32, i32, ptr, ptr, i32, i64, ptr, i32, i64, ptr, ptr, i32, i64, i32]
+
+    def gemm(_handle, *args):
+        status = fn(handle, *args)
+        if status:
+            raise RuntimeError(f"{name} returned status {status} during the CUDA graph capture")
+
+    return gemm
+
+
 def _captured(fn):
     """``fn``'s launches captured on a private stream as a CUDA graph; returns a function that replays the
     graph and waits for it (the caller's next work, on the current stream, reads its buffers)."""
+    global _CAPTURING
     import cupy as cp
+    from cupy_backends.cuda.libs import cublas
 
     stream = cp.cuda.Stream(non_blocking=True)
     cp.cuda.get_current_stream().synchronize()
+    cublas.setStream(cp.cuda.device.get_cublas_handle(), stream.ptr)
     with stream:
         stream.begin_capture()
+        _CAPTURING = True
         try:
             fn()
         finally:
+            _CAPTURING = False
             g = stream.end_capture()
 
     def replay():
