@@ -48,8 +48,6 @@ BLOCK = 32
 # n = 1024 and 4096): one or two inner sweeps take the fewest seconds; to convergence costs up
 # to 2x for one outer sweep fewer.
 INNER_SWEEPS = {"svd": 1, "eigh": 2}
-#: Replay the sweeps of the SVD and the eigensolver as CUDA graphs on the GPU (``_sweep``).
-GRAPHS = True
 
 
 def _pad(n, block=BLOCK):
@@ -107,11 +105,8 @@ def _bmm(xp, A, B, trans_a=False, trans_b=False, out=None):
     n = B.shape[1 if trans_b else 2]
     C = xp.empty((b, m, n), dtype=A.dtype) if out is None else out
     handle = xp.cuda.device.get_cublas_handle()
-    if _CAPTURING:
-        gemm = _graph_gemm(A.dtype, handle)           # the handle's stream was set to the capture's before it
-    else:
-        cublas.setStream(handle, xp.cuda.get_current_stream().ptr)
-        gemm = getattr(cublas, _GEMM[A.dtype])
+    cublas.setStream(handle, xp.cuda.get_current_stream().ptr)
+    gemm = getattr(cublas, _GEMM[A.dtype])
     op = (cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_C if A.dtype.kind == "c" else cublas.CUBLAS_OP_T)
     # column-major: C^T = op(B)^T op(A)^T, a row-major buffer being its transpose in column-major
     one, zero = _ONE_ZERO[A.dtype]
@@ -157,83 +152,19 @@ def _stopped(off, last, tol, eps):
     return off <= tol or (off < np.sqrt(eps) and off > 0.5 * last)
 
 
-def _sweep(layout, measure, step, tol, max_sweeps, eps, graph=False):
+def _sweep(layout, measure, step, tol, max_sweeps, eps):
     """Outer sweeps of ``step(s, e)`` over the layout's steps s until ``measure()`` (the relative
-    off-diagonal) has stopped: (sweeps, converged, off).
-
-    With ``graph`` (CuPy, a ``step`` that launches kernels into preallocated buffers only), the
-    second sweep is captured once as a CUDA graph and every later sweep replays it: one launch
-    instead of the host's 7 launches per step (module docstring of ``benchmarks/bench_klt.py``)."""
-    sweeps, off, last, replay = 0, np.inf, np.inf, None
+    off-diagonal) has stopped: (sweeps, converged, off)."""
+    sweeps, off, last = 0, np.inf, np.inf
     while True:
         off, last = measure(), off
         if _stopped(off, last, tol, eps):
             return sweeps, True, off
         if sweeps == max_sweeps:
             return sweeps, False, off
-        if graph and sweeps > 0:
-            if replay is None:
-                replay = _captured(lambda: [step(s, layout.elements(s, False)) for s in range(layout.steps)])
-            replay()
-        else:
-            for s in range(layout.steps):
-                step(s, layout.elements(s, sweeps == 0))
+        for s in range(layout.steps):
+            step(s, layout.elements(s, sweeps == 0))
         sweeps += 1
-
-
-_CAPTURING = False          # a sweep is being captured: _bmm calls cuBLAS through _graph_gemm
-_LIBCUBLAS = []
-
-
-def _graph_gemm(dtype, handle):
-    """cuBLAS's gemmStridedBatched for ``dtype`` on ``handle``, called through ctypes on the libcublas CuPy loaded:
-    cuBLAS records into a stream capture (NVIDIA's cuBLAS guide, "CUDA Graphs Support"), but CuPy's wrappers
-    refuse to be called during one. Same arguments as CuPy's wrapper."""
-    import ctypes
-
-    if not _LIBCUBLAS:
-        with open("/proc/self/maps") as f:
-            path = next(ln.split()[-1] for ln in f if "libcublas.so" in ln and "libcublasLt" not in ln)
-        _LIBCUBLAS.append(ctypes.CDLL(path))
-    name = {"sgemmStridedBatched": "cublasSgemmStridedBatched", "dgemmStridedBatched": "cublasDgemmStridedBatched",
-            "cgemmStridedBatched": "cublasCgemmStridedBatched",
-            "zgemmStridedBatched": "cublasZgemmStridedBatched"}[_GEMM[np.dtype(dtype)]]
-    fn = getattr(_LIBCUBLAS[0], name)
-    ptr, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-    fn.argtypes = [ptr, i32, i32, i32, i32, i32, ptr, ptr, i32, i64, ptr, i32, i64, ptr, ptr, i32, i64, i32]
-
-    def gemm(_handle, *args):
-        status = fn(handle, *args)
-        if status:
-            raise RuntimeError(f"{name} returned status {status} during the CUDA graph capture")
-
-    return gemm
-
-
-def _captured(fn):
-    """``fn``'s launches captured on a private stream as a CUDA graph; returns a function that replays the
-    graph and waits for it (the caller's next work, on the current stream, reads its buffers)."""
-    global _CAPTURING
-    import cupy as cp
-    from cupy_backends.cuda.libs import cublas
-
-    stream = cp.cuda.Stream(non_blocking=True)
-    cp.cuda.get_current_stream().synchronize()
-    cublas.setStream(cp.cuda.device.get_cublas_handle(), stream.ptr)
-    with stream:
-        stream.begin_capture()
-        _CAPTURING = True
-        try:
-            fn()
-        finally:
-            _CAPTURING = False
-            g = stream.end_capture()
-
-    def replay():
-        g.launch(stream)
-        stream.synchronize()
-
-    return replay
 
 
 def _one_sided(xp, W, tol, max_sweeps, block, want_v, sign=None):
@@ -281,8 +212,7 @@ def _one_sided(xp, W, tol, max_sweeps, block, want_v, sign=None):
             bad = bad + b
         _bmm(xp, Wb, pairs, trans_a=True, out=updated)                              # W^T [A_i A_j]^T, W^T V^T
 
-    sweeps, converged, off = _sweep(layout, lambda: _relative_offdiag(xp, X @ X.T), step, tol, max_sweeps, eps,
-                                    graph=GRAPHS and xp is not np and sign is None)
+    sweeps, converged, off = _sweep(layout, lambda: _relative_offdiag(xp, X @ X.T), step, tol, max_sweeps, eps)
     norms = xp.linalg.norm(X, axis=1)                                               # (N,) eq. 12
     real = xp.argsort(norms)[:n] if npad else xp.arange(N)                          # the pad has norm c
     extra = None
@@ -414,7 +344,7 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, assume_symmetric=False, return_in
         _bmm(xp, Wb, Mp, trans_a=True, out=Mt3)
 
     layout = _Layout(xp, nb, block)
-    sweeps, converged, off = _sweep(layout, measure, step, tol, max_sweeps, eps, graph=GRAPHS and xp is not np)
+    sweeps, converged, off = _sweep(layout, measure, step, tol, max_sweeps, eps)
     info = JacobiInfo(sweeps=sweeps, converged=converged, rotations=sweeps * layout.steps * k,
                       off_norm=off, tol=tol)
     if not converged and not return_info:
