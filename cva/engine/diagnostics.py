@@ -14,6 +14,9 @@ import numpy as np
 from linalg_gpu.jacobi import jacobi_svd
 
 DESIGN_SAMPLE = 8          # outer paths (the first, whatever the chunking) whose design matrices are analysed
+#: LSM calls analysed per valuation date: the first in the plan's order (of a stack of contracts, its first). A
+#: desk of 400 trades spent 31 s of a 56 s CPU engine (54 s of 165 s on an H200) in the analysis of every call.
+DESIGN_STACKS = 4
 
 
 def design_rows(X, cond_max) -> dict:

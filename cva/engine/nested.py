@@ -28,7 +28,7 @@ import numpy as np
 
 import linalg_gpu as lg
 from cva.engine import basis, diagnostics
-from cva.engine.diagnostics import DESIGN_SAMPLE
+from cva.engine.diagnostics import DESIGN_SAMPLE, DESIGN_STACKS
 from cva.engine.estimators import Level, allocate, combine, level_table
 from cva.engine.lsm import StageClock, longstaff_schwartz
 from cva.engine.plan import bytes_per_outer_path, level_specs
@@ -142,6 +142,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
                                 xp=xp, start=S_out[:, g], outer=(l0, Lc), date=g, step0=g + 1,
                                 antithetic=sim.antithetic)                            # (Lc, M, g_max - g, d)
             clock("inner_paths")
+            designed = 0
             for members in _stacks(plan, inner, g, model.d):
                 c = plan.contracts[members[0]]
                 later = plan.exercise_index[members[0]][plan.exercise_index[members[0]] > g]
@@ -164,11 +165,13 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
                 clock.skip()                                                           # booked by the LSM
                 stats.add(g, res, len(members))
                 n_design = max(0, min(Lc, cond_sample - COND_SAMPLE + DESIGN_SAMPLE))
-                for ci in members if n_design else ():                # the design matrices of the first paths
+                if n_design and designed < DESIGN_STACKS:            # the design matrices of the first paths
+                    ci = members[0]
                     one = plan.contracts[ci].payoff_value if S_a is None else _stacked_payoff([plan.contracts[ci]],
                                                                                               Lc, dtype, xp)
                     stats.add_design(g, diagnostics.sample(S_c if S_a is None else S_a, one, psi, sim.itm_only,
                                                            n_design, cfg.regression.cond_max))
+                    designed += 1
                 clock("statistics")
                 for pos, ci in enumerate(members):                       # (k is the exposure column)
                     rows = slice(pos * Lc, (pos + 1) * Lc)
