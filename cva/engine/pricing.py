@@ -57,13 +57,17 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
     solver = {"method": cfg.regression.method, "cond_max": cfg.regression.cond_max, "rtol": cfg.regression.rtol}
     rdt = cfg.regression_dtype()
     t_start = time.perf_counter()
-    rows, solver_stats = [], {}
-    for c in cfg.portfolio:
-        contract = Contract.from_config(c)
+    rows, solver_stats = {}, {}
+    contracts = [Contract.from_config(c) for c in cfg.portfolio]
+    draw = dict(seed=cfg.run.seed, dtype=dtype, xp=xp, antithetic=sim.antithetic)
+    drawn = {}                             # the keyed paths of the last grid: contracts of one schedule share them
+    for i in sorted(range(len(contracts)), key=lambda i: tuple(contracts[i].exercise_times())):
+        contract = contracts[i]
         times = contract.exercise_times()
         grid = np.concatenate([[0.0], times])
-        draw = dict(seed=cfg.run.seed, dtype=dtype, xp=xp, antithetic=sim.antithetic)
-        S = model.sample(grid, M, purpose="price", **draw)                              # (1, M, N, d)
+        if drawn.get("grid") is None or not np.array_equal(drawn["grid"], grid):
+            drawn = {"grid": grid, "price": model.sample(grid, M, purpose="price", **draw)}     # (1, M, N, d)
+        S = drawn["price"]
         basis_fn = basis.make_basis(sim.basis, model.spot, sim.payoff_regressor, contract.symmetric_in_assets)
 
         row = {"contract": contract.name, "style": contract.style, "quantity": contract.quantity}
@@ -83,12 +87,15 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
             if policy is None:
                 row.update(price_oos=row["price"], stderr_oos=row["stderr"])
             else:
-                S2 = model.sample(grid, M, purpose="price_eval", **draw)
+                if "price_eval" not in drawn:
+                    drawn["price_eval"] = model.sample(grid, M, purpose="price_eval", **draw)
+                S2 = drawn["price_eval"]
                 est = _estimate(apply_policy(S2, times, policy, contract.payoff_value, basis_fn, model.rate),
                                 sim.antithetic)
                 row.update(price_oos=est["price"], stderr_oos=est["stderr"])
-        rows.append(row)
-    df = pd.DataFrame(rows)
+        rows[i] = row
+    df = pd.DataFrame([rows[i] for i in range(len(contracts))])
+    solver_stats = {c.name: solver_stats[c.name] for c in contracts if c.name in solver_stats}
     df.attrs.update(backend=label, paths=M, dtype=str(dtype), seed=cfg.run.seed, basis=sim.basis,
                     regression_dtype=rdt.name,
                     seconds=time.perf_counter() - t_start, solver=solver_stats)
