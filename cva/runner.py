@@ -30,6 +30,7 @@ from cva.io.config import load_config
 from cva.io.report import RunResult
 from cva.market.model import BlackScholes
 from cva.xva.collateral import net_of_collateral, trade_collateral
+from cva.xva.control import european_twin
 from cva.xva.credit import Counterparty, shifted
 from cva.xva.desk import Book
 from cva.xva.measures import cva_allocations, cva_functional
@@ -170,9 +171,10 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                                                                     plan, cfg.csa, plan.margin_cols) for c in cube]
             trades = cva_allocations(cube, netted, plan, model, counterparty, cfg.simulation.estimator, own,
                                      collateral=shares)
+            twin = european_twin(cfg, plan, model, quantities, netted) if cfg.simulation.control_variate else None
             result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
                                    device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
-                                   own=own, sensitivities=sens)
+                                   own=own, sensitivities=sens, twin=twin)
         if write and not keep_chunks:
             rundir.remove_chunks(out_dir)
     return result

@@ -84,19 +84,50 @@ def _mean_se(x, paired=False):
     return x.mean(axis=0), se
 
 
-def combine(levels, g, estimator):
+def _controlled(F, X, mu, paired):
+    """The control-variate estimate of E[F] with the controls X (N,) or (N, J) of means mu: (estimate, stderr,
+    beta, variance ratio). beta is the least-squares fit of F on the centred controls (Glasserman, "Monte Carlo
+    Methods in Financial Engineering", section 4.1.2); with antithetic pairs (``paired``) the pair means are the
+    samples. Controls of no variance are left out."""
+    Z = samples(F, paired)
+    Xs = samples(np.asarray(X, dtype=np.float64).reshape(len(F), -1), paired)
+    n = Z.shape[0]
+    keep = Xs.std(axis=0) > 1e-12 * max(float(np.abs(Xs).max(initial=0.0)), 1e-300)
+    if n <= keep.sum() + 2 or not keep.any():
+        return float(Z.mean()), float(Z.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"), [], 1.0
+    Xk, mk = Xs[:, keep], np.broadcast_to(np.asarray(mu, dtype=np.float64).reshape(-1), keep.shape)[keep]
+    Xc = Xk - Xk.mean(axis=0)
+    Zc = Z - Z.mean()
+    beta = np.linalg.lstsq(Xc, Zc, rcond=None)[0]
+    R = Zc - Xc @ beta                                                # the residuals of the fit
+    dof = n - 1 - int(keep.sum())
+    var_r, var_z = float(R @ R) / dof, float(np.var(Z, ddof=1))
+    return (float(Z.mean() - (Xk.mean(axis=0) - mk) @ beta), math.sqrt(var_r / n), beta.tolist(),
+            var_r / var_z if var_z > 0 else 1.0)
+
+
+def combine(levels, g, estimator, control=None):
     """The estimate of E[g(P)] (g: values (N, K) -> per-path (N,) or (N, K)) and its errors.
 
     Returns a dict: ``estimate``, ``stderr`` (outer sampling), ``bias_estimate`` and ``bias_stderr`` (the
     estimated bias of the finest level's plain mean, E[g(P_{M_L})] - E[g(P)]: what ``plain`` leaves in and
     the others remove), ``remaining_bias`` and ``remaining_stderr`` (of the returned estimate; None where it
-    cannot be estimated), ``ci_low`` and ``ci_high``.
+    cannot be estimated), ``ci_low`` and ``ci_high``. With ``control`` = (X, mu), per-path controls X (N_l,) or
+    (N_l, J) for each level and mu their means (:mod:`cva.xva.control`; scalar g only), the control variates correct the
+    estimator's per-path values (``plain``, ``extrapolated``) or level 0's (``mlmc``), and ``control`` in the
+    result holds its beta and the variance ratio.
     """
     top = levels[-1]
+    ctl = None
     if estimator in ("plain", "extrapolated"):
         F = g(top.sets[0])
         Y = top.correction(g)
-        est, se = _mean_se(F if estimator == "plain" else F + Y, top.paired)
+        if control is None:
+            est, se = _mean_se(F if estimator == "plain" else F + Y, top.paired)
+        else:
+            est, se, beta, ratio = _controlled(F if estimator == "plain" else F + Y, control[0][-1], control[1],
+                                              top.paired)
+            ctl = {"beta": beta, "variance_ratio": ratio}
         bias, bias_se = _mean_se(-Y, top.paired)
         if estimator == "plain":
             rem, rem_se = bias, bias_se
@@ -106,6 +137,9 @@ def combine(levels, g, estimator):
             rem = rem_se = None
     elif estimator == "mlmc":
         parts = [_mean_se(g(lv.sets[0]) if lv.splits == 0 else lv.correction(g), lv.paired) for lv in levels]
+        if control is not None and levels[0].splits == 0:
+            e0, s0, beta, ratio = _controlled(g(levels[0].sets[0]), control[0][0], control[1], levels[0].paired)
+            parts[0], ctl = (e0, s0), {"beta": beta, "variance_ratio": ratio}
         est = sum(m for m, _ in parts) + parts[-1][0]                                  # the last one twice
         se = np.sqrt(sum(s ** 2 for _, s in parts) + 3 * parts[-1][1] ** 2)              # (2 se_L)^2 for the last
         bias, bias_se = -parts[-1][0], parts[-1][1]
@@ -122,7 +156,7 @@ def combine(levels, g, estimator):
         s = np.sqrt(se ** 2 + rem_se ** 2)
         lo, hi = np.minimum(est, est - rem) - Z95 * s, np.maximum(est, est - rem) + Z95 * s
     return {"estimate": est, "stderr": se, "bias_estimate": bias, "bias_stderr": bias_se,
-            "remaining_bias": rem, "remaining_stderr": rem_se, "ci_low": lo, "ci_high": hi}
+            "remaining_bias": rem, "remaining_stderr": rem_se, "ci_low": lo, "ci_high": hi, "control": ctl}
 
 
 def level_table(levels, g, estimator) -> list[dict]:

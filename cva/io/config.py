@@ -761,6 +761,9 @@ class Simulation(_Section):
     max_inner_paths: Int = Field(
         16384, ge=4, le=rng.PATH_LIMIT, description="mlmc with target_rmse: the most inner paths a level added for the "
                                                     "bias may have")
+    control_variate: bool = Field(
+        False, description="the CVA and DVA with the netting set's European twin (Black-Scholes along the outer "
+                           "paths) as control variate; one netting set (portfolio: + counterparty:) only")
 
     def _check(self):
         n = self.inner_paths_for()
@@ -1010,6 +1013,9 @@ class Config(_Section):
             self._set(output=self.output.model_copy(update={"dir": f"reports/{self.run.name}"}))
 
     def _check(self):
+        if self.is_desk and self.simulation.control_variate:
+            return [(("simulation", "control_variate"), "is for one netting set (portfolio: with counterparty:) so "
+                                                        "far, not for counterparties:")]
         limit, d = rng.step_limit(self.d), self.d
         why = f"the random streams key at most {limit} dates with d = {d} asset{'s' if d > 1 else ''}"
         problems = []

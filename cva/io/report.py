@@ -399,13 +399,13 @@ class RunResult:
 
 
 def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest,
-           trades=None, own=None, sensitivities=None):
+           trades=None, own=None, sensitivities=None, twin=None):
     """Measures from the levels' per-path values (:mod:`cva.engine.estimators`), then every file of the run directory,
     summary.json last (none where ``out_dir`` is None); the RunResult."""
 
     q = cfg.output.pfe_quantile
     prof, est, contrib = measures.exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator, q,
-                                                          own)
+                                                          own, twin)
     est["warnings"] = decay_warnings(est["levels"])
     solver = solver_table(plan, stats)
     totals = {m: int(solver[m].sum()) for m in ("ldlt", "householder_pcr", "eig_truncate", "none")}
@@ -517,4 +517,9 @@ def _estimator_note(s) -> str:
         tail = (f"The estimated remaining bias is {s['remaining_bias']:.3g} \u00b1 {s['remaining_bias_stderr']:.3g}; "
                 "the 95% interval spans the estimate and the estimate less this bias, widened by 1.96 standard "
                 "errors of the outer sampling and the bias estimate combined.")
+    cv = s.get("control_variate")
+    if cv:
+        tail += (f" The European twins of the contracts (Black-Scholes along the outer paths, one control per exposure "
+                 f"date) served as control variates: the outer sampling variance is {cv['variance_ratio']:.3g} of "
+                 "what it would be without them.")
     return f"{head} {tail}"

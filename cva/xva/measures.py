@@ -99,15 +99,16 @@ def dva_functional(plan, model, counterparty, own):
     return lambda P: np.maximum(-P, 0.0) @ w
 
 
-def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile=PFE_LEVEL, own=None):
+def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile=PFE_LEVEL, own=None, twin=None):
     """The exposure profile (DataFrame; EE, ENE and the mean value by the estimator, PFE the ``pfe_quantile``
     quantile of the finest level's P^+, not bias-corrected), the CVA estimate (dict of
     :func:`cva.engine.estimators.combine` with ``cva``, ``stderr``, ``ci_low``, ``ci_high``) and the finest level's
     per-path contributions. With our own credit ``own``: the bilateral CVA and the DVA (``dva``,
-    ``dva_stderr``, ``dva_ci_low``, ``dva_ci_high``)."""
+    ``dva_stderr``, ``dva_ci_low``, ``dva_ci_high``). With ``twin`` (:func:`cva.xva.control.european_twin`) the CVA
+    and the DVA use the European twin's values at the exposure dates as control variates (the profiles do not)."""
     dates = plan.dates
     g = cva_functional(plan, model, counterparty, own)
-    est = combine(levels, g, estimator)
+    est = combine(levels, g, estimator, twin)
     ee = combine(levels, lambda P: np.maximum(P, 0.0), estimator)
     ene = combine(levels, lambda P: np.minimum(P, 0.0), estimator)
     mean = combine(levels, lambda P: P, estimator)
@@ -133,9 +134,9 @@ def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile
                "bias_estimate": float(est["bias_estimate"]), "bias_stderr": float(est["bias_stderr"]),
                "remaining_bias": None if est["remaining_bias"] is None else float(est["remaining_bias"]),
                "remaining_bias_stderr": None if est["remaining_stderr"] is None else float(est["remaining_stderr"]),
-               "levels": level_table(levels, g, estimator)}
+               "levels": level_table(levels, g, estimator), "control_variate": est["control"]}
     if own is not None:
-        dva = combine(levels, dva_functional(plan, model, counterparty, own), estimator)
+        dva = combine(levels, dva_functional(plan, model, counterparty, own), estimator, twin)
         summary.update({"dva": float(dva["estimate"]), "dva_stderr": float(dva["stderr"]),
                         "dva_ci_low": float(dva["ci_low"]), "dva_ci_high": float(dva["ci_high"])})
     return prof, summary, g(fine)
