@@ -25,11 +25,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 from _results import write_results
+from bench_jacobi import timed
+from tools.profile_jacobi import event_time
 
 import cva
 
@@ -94,29 +95,6 @@ def bench_factors(args):
             "cva_change": diff, "cva_change_stderr": se, "cva_change_relative": diff / full["cva"]}
 
 
-def event_time(cp, fn, repeat=20):
-    fn()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(repeat):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) / repeat / 1e3
-
-
-def wall_time(cp, fn, repeat):
-    fn()
-    cp.cuda.Device().synchronize()
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        cp.cuda.Device().synchronize()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
-
-
 def bench_eigh(args):
     import cupy as cp
 
@@ -129,8 +107,8 @@ def bench_eigh(args):
     S = cp.asarray(((X + X.T) / 2).astype(np.float32))
     out = {"n": n, "dtype": "float32", "block": blocked.BLOCK, "cases": []}
     for name, A in (("sector correlation", C), ("random symmetric", S)):
-        t, (w, V, info) = wall_time(cp, lambda: blocked.jacobi_eigh(A, return_info=True), args.repeat)
-        t_ref, (w_ref, _) = wall_time(cp, lambda: cp.linalg.eigh(A), args.repeat)
+        t, _, (w, V, info) = timed(cp, lambda: blocked.jacobi_eigh(A, return_info=True), args.repeat)
+        t_ref, _, (w_ref, _) = timed(cp, lambda: cp.linalg.eigh(A), args.repeat)
         row = {"matrix": name, "ours_s": t, "sweeps": info.sweeps, "cupy.linalg.eigh (syevd)_s": t_ref,
                "ratio_syevd_over_ours": t_ref / t,
                "max_eigenvalue_difference_relative": float(cp.abs(w - w_ref).max() / cp.abs(w_ref).max())}
@@ -147,10 +125,10 @@ def bench_eigh(args):
     Wb = cp.empty((k, K, K), dtype=A.dtype)
     Y = cp.empty((k, K, N), dtype=A.dtype)
     e = cp.arange(N)
-    parts = {"gather": event_time(cp, lambda: blocked._gather(cp, A, e, both=True, out=As)),
-             "inner Jacobi (block_eigh, 2 sweeps)": event_time(cp, lambda: block_eigh(D, 1e-6, 2, out=Wb)),
+    parts = {"gather": event_time(cp, lambda: blocked._gather(cp, A, e, both=True, out=As), 20),
+             "inner Jacobi (block_eigh, 2 sweeps)": event_time(cp, lambda: block_eigh(D, 1e-6, 2, out=Wb), 20),
              "batched product": event_time(cp, lambda: blocked._bmm(cp, Wb, As.reshape(k, K, N), trans_a=True,
-                                                                  out=Y))}
+                                                                  out=Y), 20)}
     out["step_kernels_s"] = parts
     out["steps_per_sweep"] = N // blocked.BLOCK - 1
     print("one step: " + ", ".join(f"{p} {t * 1e6:.0f} us" for p, t in parts.items()))

@@ -55,20 +55,7 @@ S<sub>B</sub>(t<sub>k-1</sub>), DVA likewise on E<sup>-</sup> with the roles swa
 {% else %}CVA = (1 - R) &sum;<sub>k</sub> E[D(t<sub>k</sub>) E<sup>+</sup>(t<sub>k</sub>)]
 (S(t<sub>k-1</sub>) - S(t<sub>k</sub>)).{% endif %} A counterparty's CVA is the sum over its netting sets, the
 desk's over its counterparties; their standard errors come from the per-path sums (one set of outer paths).</p>
-{% if s.correlation_repair %}<p class="note" id="correlation-repair">The correlation given was not positive
-semidefinite (smallest eigenvalue {{ "%.3g"|format(s.correlation_repair.eigenvalues_before[0]) }}): the run uses the
-nearest correlation matrix (Higham), {{ "%.3g"|format(s.correlation_repair.distance_frobenius) }} away in the
-Frobenius norm (smallest eigenvalue {{ "%.3g"|format(s.correlation_repair.eigenvalues_after[0]) }}).</p>{% endif %}
-{% if s.factors %}<p class="note" id="factors">The {{ s.factors.d }} assets are driven by {{ s.factors.k }}
-factor{{ "s" if s.factors.k > 1 }}: the leading ones of the Karhunen-Loeve transform of the correlation (Jacobi
-eigensolver), each asset's loadings scaled to unit norm so that its volatility is kept. They explain {{
-"%.2f"|format(100 * s.factors.explained_total) }}% of the variance; the model's correlation is {{
-"%.3g"|format(s.factors.correlation_distance_frobenius) }} away from the one given (Frobenius norm).</p>
-<table><tr><th>factor</th><th>explained</th><th>cumulative</th></tr>
-{% set ns = namespace(total=0.0) %}{% for e in s.factors.explained %}{% set ns.total = ns.total + e %}
-<tr><td>{{ loop.index }}</td>
-<td>{{ "%.2f"|format(100 * e) }}%</td><td>{{ "%.2f"|format(100 * ns.total) }}%</td></tr>{% endfor %}</table>{% endif %}
-<h2 id="counterparties">Counterparties</h2>
+""" + report.MARKET_NOTES + """<h2 id="counterparties">Counterparties</h2>
 <table><tr><th>counterparty</th><th>CVA</th><th>std. error</th>{% if s.own_credit %}<th>DVA</th>
 <th>std. error</th>{% endif %}<th>netting sets</th></tr>
 {% for name, c in s.counterparties.items() %}<tr><td><a href="#cp-{{ loop.index }}">{{ name }}</a></td>

@@ -54,6 +54,26 @@ HEADERS = {
     "design κ² median", "design_samples": "design samples",
 }
 
+#: The notes on the market the run used (a repaired correlation, KLT factors), in both reports.
+MARKET_NOTES = """\
+{% if s.correlation_repair %}<p class="note" id="correlation-repair">The correlation given was not positive
+semidefinite (smallest eigenvalue {{ "%.3g"|format(s.correlation_repair.eigenvalues_before[0]) }}): the run uses the
+nearest correlation matrix (Higham's alternating projections, {{ s.correlation_repair.iterations }} iterations),
+{{ "%.3g"|format(s.correlation_repair.distance_frobenius) }} away in the Frobenius norm; its smallest eigenvalue is
+{{ "%.3g"|format(s.correlation_repair.eigenvalues_after[0]) }}. Eigenvalues before: {{
+s.correlation_repair.eigenvalues_before|map("round", 4)|join(", ") }}; after: {{
+s.correlation_repair.eigenvalues_after|map("round", 4)|join(", ") }}.</p>{% endif %}
+{% if s.factors %}<p class="note" id="factors">The {{ s.factors.d }} assets are driven by {{ s.factors.k }}
+factor{{ "s" if s.factors.k > 1 }}: the leading ones of the Karhunen-Loeve transform of the correlation (Jacobi
+eigensolver), each asset's loadings scaled to unit norm so that its volatility is kept. They explain {{
+"%.2f"|format(100 * s.factors.explained_total) }}% of the variance; the model's correlation is {{
+"%.3g"|format(s.factors.correlation_distance_frobenius) }} away from the one given (Frobenius norm).</p>
+<table><tr><th>factor</th><th>explained</th><th>cumulative</th></tr>
+{% set ns = namespace(total=0.0) %}{% for e in s.factors.explained %}{% set ns.total = ns.total + e %}
+<tr><td>{{ loop.index }}</td>
+<td>{{ "%.2f"|format(100 * e) }}%</td><td>{{ "%.2f"|format(100 * ns.total) }}%</td></tr>{% endfor %}</table>{% endif %}
+"""
+
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>CVA report: {{ s.name }}</title>
 <style>
@@ -92,23 +112,7 @@ P<sup>-</sup> = max(-P, 0).</p>
 {% else %}<p class="note">Default is assumed independent of the market (no wrong-way risk): the CVA is
 (1 - R) &sum;<sub>k</sub> E[D(t<sub>k</sub>) P<sup>+</sup>(t<sub>k</sub>)] (S(t<sub>k-1</sub>) - S(t<sub>k</sub>)).</p>
 {% endif %}
-{% if s.correlation_repair %}<p class="note" id="correlation-repair">The correlation given was not positive
-semidefinite (smallest eigenvalue {{ "%.3g"|format(s.correlation_repair.eigenvalues_before[0]) }}): the run uses the
-nearest correlation matrix (Higham's alternating projections, {{ s.correlation_repair.iterations }} iterations),
-{{ "%.3g"|format(s.correlation_repair.distance_frobenius) }} away in the Frobenius norm; its smallest eigenvalue is
-{{ "%.3g"|format(s.correlation_repair.eigenvalues_after[0]) }}. Eigenvalues before: {{
-s.correlation_repair.eigenvalues_before|map("round", 4)|join(", ") }}; after: {{
-s.correlation_repair.eigenvalues_after|map("round", 4)|join(", ") }}.</p>{% endif %}
-{% if s.factors %}<p class="note" id="factors">The {{ s.factors.d }} assets are driven by {{ s.factors.k }}
-factor{{ "s" if s.factors.k > 1 }}: the leading ones of the Karhunen-Loeve transform of the correlation (Jacobi
-eigensolver), each asset's loadings scaled to unit norm so that its volatility is kept. They explain {{
-"%.2f"|format(100 * s.factors.explained_total) }}% of the variance; the model's correlation is {{
-"%.3g"|format(s.factors.correlation_distance_frobenius) }} away from the one given (Frobenius norm).</p>
-<table><tr><th>factor</th><th>explained</th><th>cumulative</th></tr>
-{% set ns = namespace(total=0.0) %}{% for e in s.factors.explained %}{% set ns.total = ns.total + e %}
-<tr><td>{{ loop.index }}</td>
-<td>{{ "%.2f"|format(100 * e) }}%</td><td>{{ "%.2f"|format(100 * ns.total) }}%</td></tr>{% endfor %}</table>{% endif %}
-<h2>Measures</h2>
+""" + MARKET_NOTES + """<h2>Measures</h2>
 <table><tr><th>EPE</th><th>EEPE</th><th>max EE</th><th>max {{ pfe }}</th></tr>
 <tr><td>{{ "%.6g"|format(s.EPE) }}</td><td>{{ "%.6g"|format(s.EEPE) }}</td><td>{{ "%.6g"|format(s.max_EE) }}</td>
 <td>{{ "%.6g"|format(s.max_PFE) }}</td></tr></table>
