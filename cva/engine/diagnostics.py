@@ -11,40 +11,54 @@ from __future__ import annotations
 
 import numpy as np
 
-from linalg_gpu.jacobi import jacobi_svd
+from linalg_gpu.jacobi import jacobi_svdvals
 
-DESIGN_SAMPLE = 8          # outer paths (the first, whatever the chunking) whose design matrices are analysed
+DESIGN_SAMPLE = 4          # outer paths (the first, whatever the chunking) whose design matrices are analysed
 #: LSM calls analysed per valuation date: the first in the plan's order (of a stack of contracts, its first). A
 #: desk of 400 trades spent 31 s of a 56 s CPU engine (54 s of 165 s on an H200) in the analysis of every call.
 DESIGN_STACKS = 4
+#: regression dates analysed per LSM call: its first (the nearest the valuation date, where the inner paths have
+#: spread least and the regressors are most nearly collinear) and its last. With eight paths at every date, one
+#: matrix at a time, the analysis took 4 s of bench_cva's 5 s engine on an H100.
+DESIGN_DATES = 2
 
 
 def design_rows(X, cond_max) -> dict:
     """The diagnostics of one design matrix X (m, p), m >= 1: its singular values, effective rank at
     ``cond_max`` and kappa(X)^2 (inf where X is singular)."""
-    X = np.asarray(X, dtype=np.float64)
-    if X.shape[0] < X.shape[1]:                                       # fewer paths than regressors: rank <= m
-        X = np.vstack([X, np.zeros((X.shape[1] - X.shape[0], X.shape[1]))])
-    s = np.asarray(jacobi_svd(X, compute_uv=False), dtype=np.float64)
-    top = s.max(initial=0.0)
-    rank = int(np.sum(s > top / np.sqrt(cond_max))) if top > 0 else 0
-    cond2 = float((top / s.min()) ** 2) if s.min() > 0 else float("inf")
-    return {"singular_values": s, "rank": rank, "p": X.shape[1], "cond2": cond2}
+    return analyse([X], cond_max)[0]
 
 
-def sample(S, payoff, psi, itm_only, n, cond_max):
-    """The diagnostics of the design matrices of the first ``n`` path sets of S (B, M, N, d) at each regression
-    date (all but the last): a list of (date index, diagnostics), host float64."""
+def analyse(Xs, cond_max) -> list[dict]:
+    """:func:`design_rows` of each design matrix of a list, those of one basis size p in one stacked Jacobi call
+    (``jacobi_svdvals``; rows of zeros pad them to a common height, which leaves the singular values as they
+    are)."""
+    out = [None] * len(Xs)
+    for p in sorted({X.shape[1] for X in Xs}):
+        idx = [i for i, X in enumerate(Xs) if X.shape[1] == p]
+        m = max(p, *(Xs[i].shape[0] for i in idx))
+        stack = np.zeros((len(idx), m, p))
+        for k, i in enumerate(idx):
+            stack[k, :Xs[i].shape[0]] = Xs[i]
+        for i, s in zip(idx, np.asarray(jacobi_svdvals(stack), dtype=np.float64), strict=True):
+            top = s.max(initial=0.0)
+            rank = int(np.sum(s > top / np.sqrt(cond_max))) if top > 0 else 0
+            cond2 = float((top / s.min()) ** 2) if s.min() > 0 else float("inf")
+            out[i] = {"singular_values": s, "rank": rank, "p": p, "cond2": cond2}
+    return out
+
+
+def sample(S, payoff, psi, itm_only, n) -> list:
+    """The design matrices (host float64, the regression's paths only) of the first ``n`` path sets of S
+    (B, M, N, d) at the first and the last regression date (of N - 1): a list of (date index, X)."""
     from linalg_gpu._backend import to_host
 
     out = []
     S = np.asarray(to_host(S[:n]), dtype=np.float64)
-    for j in range(S.shape[2] - 1):
+    for j in sorted({0, S.shape[2] - 2})[:DESIGN_DATES] if S.shape[2] >= 2 else []:
         Sj = S[:, :, j]
         h = np.asarray(payoff(Sj), dtype=np.float64)
         X = np.asarray(psi(Sj, h), dtype=np.float64)                  # (n, M, p)
         keep = h > 0 if itm_only else np.ones(h.shape, dtype=bool)
-        for i in range(X.shape[0]):
-            if keep[i].any():
-                out.append((j, design_rows(X[i][keep[i]], cond_max)))
+        out.extend((j, X[i][keep[i]]) for i in range(X.shape[0]) if keep[i].any())
     return out

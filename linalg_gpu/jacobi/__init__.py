@@ -5,6 +5,7 @@ from . import orderings
 from .gsvd import gsvd
 from .hsvd import eigh_indefinite, hyperbolic_svd
 from .klt import jacobi_eigh, klt
-from .svd import jacobi_svd
+from .svd import jacobi_svd, jacobi_svdvals
 
-__all__ = ["orderings", "jacobi_svd", "jacobi_eigh", "klt", "hyperbolic_svd", "eigh_indefinite", "gsvd"]
+__all__ = ["orderings", "jacobi_svd", "jacobi_svdvals", "jacobi_eigh", "klt", "hyperbolic_svd", "eigh_indefinite",
+           "gsvd"]

@@ -34,7 +34,7 @@ from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
 from ._shared import _row_norms
 from .orderings import ORDERINGS, sweep
 
-__all__ = ["jacobi_svd", "PRECONDITIONERS"]
+__all__ = ["jacobi_svd", "jacobi_svdvals", "PRECONDITIONERS"]
 
 PRECONDITIONERS = (True, False, "qrcp", "qr")
 
@@ -472,3 +472,81 @@ def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin
         return (s, info) if return_info else s
     out = (U, s, np.ascontiguousarray(V.T))
     return out + (info,) if return_info else out
+
+
+def jacobi_svdvals(A, *, tol=None, max_sweeps=60):
+    """The singular values of every matrix of a stack A (..., m, n), by one-sided Jacobi on all of them at once.
+
+    Per matrix: scaled by a power of two, R of Householder QR (``numpy.linalg.qr``, batched; column-wise backward
+    stable, so a scaling of the columns costs no relative accuracy), then the round-robin sweeps of Hestenes
+    rotations on R^T's columns (Drmac & Veselic's Jacobi on R^T, without their pivoting), each step's pairs
+    rotated in every matrix at once where they are not relatively orthogonal (|gamma| > tol sqrt(alpha beta), the
+    test of :func:`jacobi_svd`). A Python step costs about the same for one matrix or a thousand, which is what a
+    sample of many small design matrices needs; :func:`jacobi_svd` (with column pivoting) is the one-matrix
+    function.
+
+    Parameters
+    ----------
+    A : (..., m, n) array_like, float32 or float64, finite; numpy only.
+    tol : float in (0, 1), optional
+        Default sqrt(min(m, n)) * eps(dtype).
+    max_sweeps : int, optional
+        Sweeps allowed; the column norms are returned as they are after the last one.
+
+    Returns
+    -------
+    s : (..., min(m, n)) descending, in A's dtype.
+    """
+    A = as_array(A, "A")
+    if is_cupy_array(A):
+        raise TypeError("jacobi_svdvals takes numpy arrays (the stacked sweeps run on the CPU)")
+    check_dtype(A, "A")
+    if A.dtype.kind == "c":
+        raise TypeError(f"A has complex dtype {A.dtype}: complex input is not supported yet")
+    if A.ndim < 2:
+        raise ValueError(f"A must be a stack of matrices (..., m, n), got shape {A.shape}")
+    _check_options("round_robin", tol, max_sweeps, False)
+    if not np.isfinite(A).all():
+        raise ValueError("A must be finite: it contains NaN or Inf")
+    if A.shape[-2] < A.shape[-1]:
+        A = np.swapaxes(A, -1, -2)
+    batch, (m, n) = A.shape[:-2], A.shape[-2:]
+    dt = A.dtype
+    if n == 0 or A.size == 0:
+        return np.zeros(batch + (n,), dtype=dt)
+    X = A.reshape((-1, m, n))
+    amax = np.abs(X).max(axis=(1, 2))
+    e = np.frexp(np.where(amax > 0, amax, 1))[1]                        # (K,) max |x| = f 2^e, f in [0.5, 1)
+    X = np.ldexp(X, -e[:, None, None].astype(np.int32)).astype(dt, copy=False)
+    W = np.ascontiguousarray(np.linalg.qr(X, mode="r"))                 # (K, n, n): rows of W = columns of R^T
+    tol = math.sqrt(n) * float(np.finfo(dt).eps) if tol is None else float(tol)
+    one, tangent = dt.type(1), math.sqrt(np.finfo(dt).eps) / 2
+    steps = sweep(n, "round_robin")
+    for _ in range(max_sweeps):
+        rotated, tau_max = False, 0.0
+        for P in steps:
+            I, J = P[:, 0], P[:, 1]
+            Wi, Wj = W[:, I], W[:, J]                                    # (K, k, n)
+            alpha, beta, gamma = (Wi * Wi).sum(axis=2), (Wj * Wj).sum(axis=2), (Wi * Wj).sum(axis=2)   # (K, k)
+            rot = np.abs(gamma) > tol * np.sqrt(alpha) * np.sqrt(beta)
+            if not rot.any():
+                continue
+            rotated = True
+            zeta = (beta - alpha) / (2 * np.where(rot, gamma, one))
+            t = np.where(rot, np.copysign(one, zeta) / (np.abs(zeta) + np.hypot(one, zeta)), 0).astype(dt)
+            c = one / np.sqrt(one + t * t)
+            sn = c * t
+            with np.errstate(divide="ignore", invalid="ignore"):         # (a zero column is never rotated)
+                ratio = np.sqrt(np.maximum(alpha, beta) / np.minimum(alpha, beta))
+                tau_max = max(tau_max, float(np.max(np.where(rot, np.abs(t) * ratio, 0))))
+            c, sn = c[..., None], sn[..., None]
+            W[:, I] = c * Wi - sn * Wj
+            W[:, J] = sn * Wi + c * Wj
+        if not rotated or tau_max <= tangent:
+            break
+    mx = np.abs(W).max(axis=2)                                           # (K, n) the rows' norms, scaled
+    s = mx * np.sqrt(((W / np.where(mx > 0, mx, 1)[..., None]) ** 2).sum(axis=2))
+    s = -np.sort(-s, axis=1)                                             # descending
+    with np.errstate(over="ignore"):
+        s = np.ldexp(s, e[:, None].astype(np.int32))
+    return s.reshape(batch + (n,)).astype(dt, copy=False)
