@@ -119,8 +119,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     if M % 2 ** splits or M // 2 ** splits < 1:
         raise ValueError(f"splits={splits} needs M a multiple of {2 ** splits}, got M = {M}")
     Vs = [V] * (splits + 1)                                                         # per depth: its parts' cashflows
-    exercised = np.zeros(N)
-    exercised[N - 1] = float((V > 0).mean())
+    exercised = [None] * N                                                          # device scalars until the end
+    exercised[N - 1] = (V > 0).mean()
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
     clock("exercise")                                                              # (the payoff at maturity)
     affine = xp is not np and getattr(basis_fn, "affine", False)                   # psi from S itself
@@ -160,9 +160,9 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
             if affine:
                 C = _affine_fitted(_parts(Sj, n), basis_fn, _parts(h, n), beta)
             else:
-                C = (_parts(X, n) @ beta[..., None])[..., 0]
+                C = strided.matmul(_parts(X, n), beta[..., None])[..., 0]      # (fixed-order sums)
             ex = (h > 0) & (h >= C.reshape(B, M))
-            exercised[j] = float(ex.mean()) if depth == 0 else exercised[j]
+            exercised[j] = ex.mean() if depth == 0 else exercised[j]
             Vs[depth] = xp.where(ex, h.astype(S.dtype, copy=False), Vs[depth])
         coefficients[j] = betas[0]
         clock("exercise")
@@ -170,7 +170,9 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     V = Vs[0]
     value, stderr = V.mean(axis=1), V.std(axis=1, ddof=1) / np.sqrt(M)
     parts = [Vs[depth].reshape(B, 2 ** depth, M // 2 ** depth).mean(axis=2) for depth in range(1, splits + 1)]
+    exercised = _host(xp.stack(exercised)).astype(np.float64)                        # (one transfer)
     clock("exercise")
+    clock.flush()
     return LSMResult(value=value, stderr=stderr, cashflow=V, coefficients=coefficients, reports=reports,
                      conditions=conditions, exercised=exercised, parts=parts)
 
@@ -225,26 +227,48 @@ def _rhs(xp, Z, basis, h, V, mask, *, affine):
 
 
 class StageClock:
-    """Adds the seconds since the last call to ``timings[stage]`` (no-op without ``timings``)."""
+    """Adds each stage's seconds since the last call to ``timings[stage]`` (no-op without ``timings``).
+
+    On the CPU the intervals are host time. On the GPU they are CUDA events recorded on the current stream,
+    read when :meth:`flush` is called: the stages are timed on the device's timeline without stopping the host
+    between them (a synchronization per stage cost the pipelining of kernel launches), and the stages' sum is
+    the device time from the clock's start to the last event."""
 
     def __init__(self, xp, timings):
-        self.xp, self.timings, self.t = xp, timings, time.perf_counter()
+        self.xp, self.timings = xp, timings
+        self.events = timings is not None and xp is not np
+        self.pending = []
+        self.t = self._now()
+
+    def _now(self):
+        if not self.events:
+            return time.perf_counter()
+        e = self.xp.cuda.Event()
+        e.record()
+        return e
 
     def __call__(self, stage):
         if self.timings is None:
             return
-        if self.xp is not np:
-            self.xp.cuda.Device().synchronize()
-        t = time.perf_counter()
-        self.timings[stage] = self.timings.get(stage, 0.0) + t - self.t
+        t = self._now()
+        if self.events:
+            self.pending.append((stage, self.t, t))
+        else:
+            self.timings[stage] = self.timings.get(stage, 0.0) + t - self.t
         self.t = t
 
     def skip(self):
         """Restart the interval without booking it (the time was booked elsewhere)."""
         if self.timings is not None:
-            if self.xp is not np:
-                self.xp.cuda.Device().synchronize()
-            self.t = time.perf_counter()
+            self.t = self._now()
+
+    def flush(self):
+        """Book the device intervals recorded so far (waits for the last event)."""
+        if self.pending:
+            self.pending[-1][2].synchronize()
+            for stage, a, b in self.pending:
+                self.timings[stage] = self.timings.get(stage, 0.0) + self.xp.cuda.get_elapsed_time(a, b) / 1e3
+            self.pending = []
 
 
 def _normal_equations(xp, X, V, mask, empty=True):

@@ -35,6 +35,7 @@ from cva.engine.plan import bytes_per_outer_path, level_specs
 from cva.instruments.analytic import black_scholes_array
 from cva.io import rundir
 from cva.io.config import MLMC_LEVEL_PATHS
+from linalg_gpu._backend import get_array_module
 from linalg_gpu._backend import to_host as _host
 
 STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions", "solve", "exercise", "statistics",
@@ -54,22 +55,27 @@ class DateStats:
         self.design = [[] for _ in range(G)]          # (effective rank, p, kappa^2) of sampled design matrices
 
     def add(self, g, result, contracts=1):
-        """A Longstaff-Schwartz result of ``contracts`` contracts stacked in its batch."""
+        """A Longstaff-Schwartz result of ``contracts`` contracts stacked in its batch (its reports read in one
+        transfer from the device)."""
         row = self.rows[g]
-        for rep, cond in zip(result.reports, result.conditions, strict=False):
-            if rep is None:
-                continue
-            res = _host(rep.residual)
-            row["systems"] += int(res.size)
-            row["regressions"] += contracts
-            for k, v in rep.counts().items():
-                row[k] += v
-            fin = res[np.isfinite(res)]
-            row["max_residual"] = max(row["max_residual"], float(fin.max()) if fin.size else 0.0)
-            row["discarded"] += int(_host(rep.n_discarded).sum())
-            row["failed"] += int((~_host(rep.ok)).sum())
+        reps = [rep for rep in result.reports if rep is not None]
+        for cond in result.conditions:
             if cond is not None:
                 self.cond[g].extend(np.asarray(cond, dtype=float).tolist())
+        if not reps:
+            return
+        xp = get_array_module(reps[0].residual)
+        fields = [xp.concatenate([getattr(rep, f).ravel().astype(np.float64) for rep in reps])
+                  for f in ("residual", "method_code", "n_discarded", "ok")]
+        res, code, discarded, ok = _host(xp.stack(fields))
+        row["systems"] += int(res.size)
+        row["regressions"] += contracts * len(reps)
+        for k, v in lg.SolverReport.count_codes(code).items():
+            row[k] += v
+        fin = res[np.isfinite(res)]
+        row["max_residual"] = max(row["max_residual"], float(fin.max()) if fin.size else 0.0)
+        row["discarded"] += int(discarded.sum())
+        row["failed"] += int((ok == 0).sum())
 
     def add_design(self, g, rows):
         self.design[g].extend([int(r["rank"]), int(r["p"]), r["cond2"]] for _, r in rows)
@@ -120,6 +126,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     V = xp.zeros((nv, Lc, len(plan.contracts), K), dtype=np.float64)                   # the value cube
     alive = [xp.ones((nv, Lc), dtype=bool) for _ in plan.contracts]
     memory = lg.SolverMemory(per_system=True)
+    designs = []                                                       # (grid date, regression date, X) sampled
     for g in range(G):
         t, k = plan.grid[g], exposure_pos[g]
         values, inner = {}, []
@@ -169,8 +176,8 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
                     ci = members[0]
                     one = plan.contracts[ci].payoff_value if S_a is None else _stacked_payoff([plan.contracts[ci]],
                                                                                               Lc, dtype, xp)
-                    stats.add_design(g, diagnostics.sample(S_c if S_a is None else S_a, one, psi, sim.itm_only,
-                                                           n_design, cfg.regression.cond_max))
+                    designs.extend((g, j, X) for j, X in diagnostics.sample(S_c if S_a is None else S_a, one, psi,
+                                                                            sim.itm_only, n_design))
                     designed += 1
                 clock("statistics")
                 for pos, ci in enumerate(members):                       # (k is the exposure column)
@@ -193,8 +200,14 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
             elif ex is not None:
                 alive[ci] = alive[ci] & ~ex
         clock("exercise")
+    if designs:                                                        # analysed together: one stacked call
+        rows = diagnostics.analyse([X for _, _, X in designs], cfg.regression.cond_max)
+        for (g, j, _), r in zip(designs, rows, strict=True):
+            stats.add_design(g, [(j, r)])
+        clock("statistics")
     V = _host(V)
     clock("io")                                                                        # (to the host)
+    clock.flush()
     return V
 
 

@@ -83,6 +83,11 @@ class SolverReport:
         """Number of systems per method, e.g. {"ldlt": 990, "householder_pcr": 8, ...}."""
         return _counts(_host(self.method_code))
 
+    @staticmethod
+    def count_codes(codes):
+        """:meth:`counts` of host method codes (e.g. several reports' ``method_code`` read at once)."""
+        return _counts(codes)
+
     def __repr__(self):
         res = _host(self.residual)
         fin = res[np.isfinite(res)]
