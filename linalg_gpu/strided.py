@@ -8,6 +8,8 @@ instead, so the slice is read where it lies. On numpy arrays both functions are 
 ``benchmarks/bench_cva.py`` (3259 sets of 1024 paths, 29 assets, float32), ms: the basket's
 ``S_j @ w`` 0.70 -> 0.37; with the affine basis of ``cva.lsm`` (no regressors formed), the date's
 payoff, normal equations and continuation values 3.26 -> 1.46 (float64, 1630 sets: 2.45 -> 1.10).
+Matrix-vector products do not go to cuBLAS but to ``cuda/strided_gemv.cu``, whose sums have a fixed order:
+cuBLAS's choice of kernel by batch count made the values depend on the chunk size.
 """
 
 from __future__ import annotations
@@ -78,9 +80,14 @@ def matmul(a, b):
     bc = xp.ascontiguousarray(b)
     sb = k * n if b.ndim == 3 else 0
     out = xp.empty((B, M) if b.ndim == 1 else (B, M, n), dtype=a.dtype)
-    if n == 1:   # out (M x 1, column-major) = a_b (M x k) b_b: a_b^T lies column-major with leading dimension lda
-        _gemm(a.dtype.type, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, M, 1, k, a.data.ptr, lda, sa, bc.data.ptr, k, sb,
-              out.data.ptr, M, M, B)
+    if n == 1:   # one thread per row, the sum in a fixed order: the same bits whatever B (cuBLAS's are not)
+        from ._kernels import get_function
+
+        threads = 256
+        blocks = int(min(65535 * 8, max(1, -(-B * M // threads))))
+        get_function("strided_gemv.cu", "strided_gemv", a.dtype)(
+            (blocks,), (threads,), (np.uint64(a.data.ptr), np.int64(lda), np.int64(sa), bc, np.int64(sb), out,
+                                    np.int64(B), np.int64(M), np.int32(k)))
     else:        # out^T (n x M) = b_b^T a_b^T, both read column-major as they lie
         _gemm(a.dtype.type, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, M, k, bc.data.ptr, n, sb, a.data.ptr, lda, sa,
               out.data.ptr, n, M * n, B)
