@@ -15,7 +15,9 @@ paths, the bias b; where |b| < 0.9 target the outer count N = v / (target^2 - b^
 RMSE and the run at N is timed (engine seconds: summary.json's elapsed, without the report) and its
 error recorded. ``mlmc`` runs with ``target_rmse`` (its own allocation and levels). The runs use antithetic
 outer paths (the default; the variance is per outer path, twice the pair means'), and the extrapolated
-estimator is also timed without them (``--extrapolated-independent``), for comparison.
+estimator is also timed without them (``--extrapolated-independent``), for comparison. With
+``simulation.control_variate`` (``--control``: the European twin's control, :mod:`cva.xva.control`) the pilot's
+variance is its ``variance_ratio`` times the per-path variance; the bias is the estimator's own.
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ import cva  # noqa: E402
 from cva.engine.estimators import samples  # noqa: E402
 
 
-def config(estimator, inner, outer, backend, dtype, seed=1, outer_antithetic=True, **sim):
+def config(estimator, inner, outer, backend, dtype, seed=1, outer_antithetic=True, control=False, **sim):
     return {"run": {"name": "bench_bias", "seed": seed, "backend": backend, "dtype": dtype},
             "market": {"spot": 100.0, "vol": 0.2, "rate": 0.05},
             "portfolio": [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 100.0,
                            "maturity": 1.0, "exercise_dates": 10}],
             "counterparty": {"recovery": 0.4, "hazard_rate": 0.02},
             "simulation": {"dates": 10, "outer_paths": outer, "inner_paths": inner, "basis": "laguerre",
-                           "estimator": estimator, "outer_antithetic": outer_antithetic, **sim}}
+                           "estimator": estimator, "outer_antithetic": outer_antithetic,
+                           **({"control_variate": True} if control else {}), **sim}}
 
 
 def run(cfg):
@@ -87,6 +90,8 @@ def main(argv=None):
     ap.add_argument("--extrapolated", type=int, nargs="+", default=[512, 1024, 2048])
     ap.add_argument("--extrapolated-independent", type=int, nargs="*", default=[1024],
                     help="inner paths of extrapolated runs without antithetic outer paths (the comparison)")
+    ap.add_argument("--control", type=int, nargs="*", default=[1024],
+                    help="inner paths of extrapolated runs with the European twin's control variate")
     ap.add_argument("--mlmc", type=int, nargs="*", default=[256, 1024], help="starting inner_paths of mlmc runs")
     ap.add_argument("--mlmc-max-inner", type=int, default=4096)
     ap.add_argument("--json", type=Path, default=None)
@@ -103,20 +108,24 @@ def main(argv=None):
     run(config("extrapolated", 64, 1024, args.backend, args.dtype))                   # compile outside the timing
     print(f"{'estimator':12} {'M':>5} {'pairs':>5} {'pilot bias %':>14} {'N':>8} {'engine s':>9} {'error %':>8} "
           f"{'pred. rmse %':>12}")
-    cases = [("extrapolated", M, True) for M in args.extrapolated] + \
-        [("extrapolated", M, False) for M in args.extrapolated_independent] + [("plain", M, True) for M in args.plain]
-    for estimator, M, anti in cases:
-        cfg = config(estimator, M, args.pilot, args.backend, args.dtype, outer_antithetic=anti)
+    cases = [("extrapolated", M, True, False) for M in args.extrapolated] + \
+        [("extrapolated", M, False, False) for M in args.extrapolated_independent] + \
+        [("extrapolated", M, True, True) for M in args.control] + [("plain", M, True, False) for M in args.plain]
+    for estimator, M, anti, control in cases:
+        cfg = config(estimator, M, args.pilot, args.backend, args.dtype, outer_antithetic=anti, control=control)
         res, _ = run(cfg)
         refp = reference_cva(cfg, paths="engine", outer_paths=args.pilot).contributions
         v, b, b_se = variance_and_bias(per_path(cfg, res), refp, anti)
-        row = {"estimator": estimator, "inner_paths": M, "outer_antithetic": anti, "pilot_outer": args.pilot,
-               "pilot_engine_seconds": res.summary["elapsed_seconds"], "pilot_bias": b, "pilot_bias_stderr": b_se,
-               "pilot_bias_estimate": res.summary["bias_estimate"], "per_path_variance": v,
-               "device": res.summary["device"]}
+        ratio = res.summary["control_variate"]["variance_ratio"] if control else 1.0
+        row = {"estimator": estimator, "inner_paths": M, "outer_antithetic": anti, "control_variate": control,
+               "pilot_outer": args.pilot, "pilot_engine_seconds": res.summary["elapsed_seconds"], "pilot_bias": b,
+               "pilot_bias_stderr": b_se, "pilot_bias_estimate": res.summary["bias_estimate"],
+               "per_path_variance": v * ratio, "variance_ratio": ratio, "device": res.summary["device"]}
+        v *= ratio
         if abs(b) < 0.9 * target:
             N = int(math.ceil(v / (target ** 2 - b ** 2) / 1024) * 1024)
-            res_n, total = run(config(estimator, M, N, args.backend, args.dtype, seed=2, outer_antithetic=anti))
+            res_n, total = run(config(estimator, M, N, args.backend, args.dtype, seed=2, outer_antithetic=anti,
+                                      control=control))
             err = res_n.cva - ref
             row.update({"outer_paths": N, "engine_seconds": res_n.summary["elapsed_seconds"], "seconds": total,
                         "cva": res_n.cva, "stderr": res_n.stderr, "error": err, "ci": list(res_n.ci),
@@ -127,7 +136,8 @@ def main(argv=None):
         result["rows"].append(row)
         tail = (f"{row['outer_paths']:8d} {row['engine_seconds']:9.3f} {100 * row['error'] / ref:+8.3f} "
                 f"{100 * row['predicted_rmse'] / ref:12.3f}" if row["reached"] else "   not reachable")
-        print(f"{estimator:12} {M:5d} {str(anti):>5} {100 * b / ref:+8.3f} +- {100 * b_se / ref:.3f} {tail}",
+        name = estimator + ("+cv" if control else "")
+        print(f"{name:12} {M:5d} {str(anti):>5} {100 * b / ref:+8.3f} +- {100 * b_se / ref:.3f} {tail}",
               flush=True)
         write_results(args.json, result)                                   # kept if a later row times out
     for M in args.mlmc:
