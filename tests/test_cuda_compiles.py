@@ -1,4 +1,5 @@
-"""Every CUDA source (linalg_gpu/cuda, cva/market/cuda) compiles with the machine's nvcc (CI has nvcc but no GPU)."""
+"""Every CUDA source (linalg_gpu/cuda, cva/market/cuda, cva/engine/cuda) compiles with the machine's nvcc (CI has nvcc
+but no GPU)."""
 
 import shutil
 import subprocess
@@ -7,7 +8,8 @@ from pathlib import Path
 import pytest
 
 CUDA_DIR = Path(__file__).resolve().parents[1] / "linalg_gpu" / "cuda"
-CUDA_DIRS = (CUDA_DIR, Path(__file__).resolve().parents[1] / "cva" / "market" / "cuda")
+ENGINE_DIR = Path(__file__).resolve().parents[1] / "cva" / "engine" / "cuda"
+CUDA_DIRS = (CUDA_DIR, Path(__file__).resolve().parents[1] / "cva" / "market" / "cuda", ENGINE_DIR)
 NVCC = shutil.which("nvcc")
 
 
@@ -32,11 +34,14 @@ INSTANCES = {
     "eigh_small.cu": ["eigh_small<float, 9>", "eigh_small<float, 64>", "eig_truncate_solve<double, 33>",
                      "eig_truncate_solve<float, 40>"],
     "eigh_jacobi.cu": ["eigh_jacobi<float, 8>", "eigh_jacobi<float, 11>", "eigh_jacobi<double, 5>"],
+    "strided_gemv.cu": ["strided_gemv<float>", "strided_gemv<double>"],
+    ENGINE_DIR / "laguerre_lsm.cu": ["laguerre_normal_equations<double, 4>", "laguerre_normal_equations<float, 5>",
+                                     "laguerre_fitted<double, 5>", "laguerre_fitted<float, 4>"],
 }
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this machine")
-@pytest.mark.parametrize("src", sorted(INSTANCES))
+@pytest.mark.parametrize("src", sorted(INSTANCES, key=str), ids=lambda p: Path(p).name)
 def test_kernel_instances_compile(tmp_path, src):
     unit = tmp_path / "instances.cu"
     refs = "".join(f"    (void)&{k};\n" for k in INSTANCES[src])

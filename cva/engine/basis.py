@@ -80,6 +80,12 @@ class Basis:
         and fitted values from S itself, without forming psi (:mod:`cva.engine.lsm`)."""
         return self.name == "linear" and not self.order_statistics
 
+    @property
+    def fused(self) -> bool:
+        """The Laguerre basis (one asset): the LSM's GPU path evaluates psi inside its normal-equation and
+        fitted-value kernels (``cva/engine/cuda/laguerre_lsm.cu``) instead of forming it."""
+        return self.name == "laguerre" and not self.order_statistics
+
     def inverse_scale(self, d: int) -> np.ndarray:
         """1 / scale per asset, (d,) float64 (the factors of S in psi)."""
         return 1.0 / np.broadcast_to(self.scale, (d,))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +30,8 @@ import linalg_gpu as lg
 from linalg_gpu import strided
 from linalg_gpu._backend import get_array_module
 from linalg_gpu._backend import to_host as _host
+
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"      # the engine's kernels (the loader is linalg_gpu's)
 
 
 @dataclass
@@ -124,6 +127,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
     clock("exercise")                                                              # (the payoff at maturity)
     affine = xp is not np and getattr(basis_fn, "affine", False)                   # psi from S itself
+    fused = xp is not np and getattr(basis_fn, "fused", False)                     # psi evaluated in the kernels
     rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
     if rdt not in (np.float32, np.float64):
         raise ValueError(f"regression_dtype must be float32 or float64, got {regression_dtype!r}")
@@ -133,8 +137,13 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         h = payoff_fn(Sj)                                                           # (B, M)
         mask = h > 0 if itm_only else None
         Vr = [v.astype(rdt, copy=False) for v in Vs]
-        X = None if affine else basis_fn(Sj, h)                                     # (B, M, p)
-        if splits:
+        X = None if affine or fused else basis_fn(Sj, h)                            # (B, M, p)
+        if fused:                                          # each depth's parts directly: one pass each
+            As, bs = map(list, zip(*(_fused_normal_equations(_parts(Sj, 2 ** k), basis_fn, _parts(h, 2 ** k),
+                                                             _parts(Vr[k], 2 ** k),
+                                                             None if mask is None else _parts(mask, 2 ** k))
+                                     for k in range(splits + 1)), strict=True))
+        elif splits:
             As, bs = _split_normal_equations(xp, Sj, X, basis_fn, h, Vr, mask)
         else:
             A, b = (_affine_normal_equations(xp, Sj, basis_fn, h, Vr[0], mask) if affine
@@ -159,6 +168,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
             n = 2 ** depth
             if affine:
                 C = _affine_fitted(_parts(Sj, n), basis_fn, _parts(h, n), beta)
+            elif fused:
+                C = _fused_fitted(_parts(Sj, n), basis_fn, _parts(h, n), beta)
             else:
                 C = strided.matmul(_parts(X, n), beta[..., None])[..., 0]      # (fixed-order sums)
             ex = (h > 0) & (h >= C.reshape(B, M))
@@ -333,6 +344,49 @@ def _affine_normal_equations(xp, S, basis, h, V, mask, empty=True):
         b[:, r] = sums[i][:, e] / dt(M)
     b[:, 1:d + 1] = T[:, e]
     return _identity_where_empty(xp, A, b, mask) if empty else (A, b)
+
+
+def _fused_kernel(name, S, basis):
+    """The kernel ``name`` of ``cuda/laguerre_lsm.cu`` for S's dtype and the basis size, with the arguments
+    of S (its pointer and strides in elements) and of the basis (1 / scale, 1 / the payoff column's scale)."""
+    from linalg_gpu._kernels import get_function
+
+    dt = S.dtype
+    p = 5 if basis.payoff_regressor else 4
+    fn = get_function("laguerre_lsm.cu", name, dt, p, cuda_dir=CUDA_DIR)
+    return fn, p, (np.uint64(S.data.ptr), np.int64(S.strides[0] // dt.itemsize), np.int64(S.strides[1] // dt.itemsize))
+
+
+def _fused_normal_equations(S, basis, h, V, mask):
+    """:func:`_normal_equations` of the Laguerre basis (with ``empty``) from the slice S (B, M, 1) as it lies:
+    psi evaluated and summed in one pass per set (``cuda/laguerre_lsm.cu``; a set with no regression path gets
+    A = I, b = 0 there, without a host check)."""
+    import cupy as cp
+
+    B, M, _ = S.shape
+    dt = S.dtype
+    fn, p, s_args = _fused_kernel("laguerre_normal_equations", S, basis)
+    A, b = cp.empty((B, p, p), dtype=dt), cp.empty((B, p), dtype=dt)
+    inv = basis.inverse_scale(1)[0]
+    fn((B,), (256,), (*s_args, cp.ascontiguousarray(h, dtype=dt), cp.ascontiguousarray(V, dtype=dt),
+                      np.uint64(0) if mask is None else cp.ascontiguousarray(mask), dt.type(inv),
+                      dt.type(1.0 / np.mean(basis.scale)), A, b, np.int32(M), dt.type(1.0 / M)))
+    return A, b
+
+
+def _fused_fitted(S, basis, h, beta):
+    """psi beta (B, M) of the Laguerre basis from the slice S (B, M, 1) as it lies (``cuda/laguerre_lsm.cu``)."""
+    import cupy as cp
+
+    B, M, _ = S.shape
+    dt = S.dtype
+    fn, _, s_args = _fused_kernel("laguerre_fitted", S, basis)
+    out = cp.empty((B, M), dtype=dt)
+    blocks = int(min(65535 * 8, max(1, -(-B * M // 256))))
+    fn((blocks,), (256,), (*s_args, cp.ascontiguousarray(h, dtype=dt), cp.ascontiguousarray(beta, dtype=dt),
+                           dt.type(basis.inverse_scale(1)[0]), dt.type(1.0 / np.mean(basis.scale)), out,
+                           np.int64(B), np.int32(M)))
+    return out
 
 
 def _affine_fitted(S, basis, h, beta):

@@ -9,6 +9,8 @@ from cva.engine import basis  # noqa: E402
 from cva.engine.lsm import (  # noqa: E402
     _affine_fitted,
     _affine_normal_equations,
+    _fused_fitted,
+    _fused_normal_equations,
     _normal_equations,
     apply_policy,
     longstaff_schwartz,
@@ -273,3 +275,57 @@ def test_value_cube_does_not_depend_on_the_chunk_size():
     big, small = (nested.chunk_values(cfg, plan, model, cp, 0, n, nested.DateStats(len(plan.grid)), None, splits=1)
                   for n in (4096, 2048))
     assert np.array_equal(big[:, :2048], small)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("payoff_regressor", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_laguerre_kernels_match_float64_reference(rng, dtype, payoff_regressor, masked):
+    """The Laguerre basis's GPU assembly and fitted values (psi evaluated in the kernels, from a date's strided
+    slice) against psi formed by basis.evaluate and its normal equations in float64 on the CPU; set 0 has no path
+    in the money (A = I, b = 0 when masked); the first B sets of 2B give bitwise what B sets give alone."""
+    B, M, N = 6, 3000, 4
+    S = rng.uniform(70.0, 130.0, (2 * B, M, N, 1))
+    psi = basis.make_basis("laguerre", [100.0], payoff_regressor)
+    h = np.maximum(100.0 - S[:, :, 2, 0], 0)
+    h[0] = 0.0
+    V = rng.uniform(0.0, 30.0, (2 * B, M))
+    mask = h > 0 if masked else None
+    Sg, hg, Vg = cp.asarray(S.astype(dtype)), cp.asarray(h.astype(dtype)), cp.asarray(V.astype(dtype))
+    mg = None if mask is None else cp.asarray(mask)
+    A, b = (cp.asnumpy(x)[:B] for x in _fused_normal_equations(Sg[:, :, 2], psi, hg, Vg, mg))
+    A1, b1 = (cp.asnumpy(x) for x in _fused_normal_equations(Sg[:B, :, 2], psi, hg[:B], Vg[:B],
+                                                             None if mg is None else mg[:B]))
+    assert np.array_equal(A, A1) and np.array_equal(b, b1)
+    Sj, hf, Vf = (x.astype(dtype).astype(float)[:B] for x in (S[:, :, 2], h, V))
+    A_ref, b_ref = _normal_equations(np, psi(Sj, hf), Vf, None if mask is None else mask[:B])
+    tol = 8 * np.sqrt(M) * np.finfo(dtype).eps * 2                    # psi's entries below 2 (h / 100 below 0.3)
+    np.testing.assert_allclose(A, A_ref, atol=tol)
+    np.testing.assert_allclose(b, b_ref, atol=tol * 30)                # V up to 30
+    if masked:
+        assert np.array_equal(A[0], np.eye(A.shape[1])) and not b[0].any()
+    beta = rng.standard_normal((2 * B, A.shape[1])).astype(dtype)
+    C = cp.asnumpy(_fused_fitted(Sg[:, :, 2], psi, hg, cp.asarray(beta)))
+    assert np.array_equal(C[:B], cp.asnumpy(_fused_fitted(Sg[:B, :, 2], psi, hg[:B], cp.asarray(beta[:B]))))
+    C_ref = (psi(Sj, hf) @ beta[:B].astype(float)[..., None])[..., 0]
+    np.testing.assert_allclose(C[:B], C_ref, atol=16 * np.finfo(dtype).eps * np.abs(beta).sum(axis=1).max())
+
+
+@pytest.mark.parametrize("splits", [0, 2])
+def test_laguerre_lsm_gpu_matches_cpu(splits):
+    """Longstaff & Schwartz's put (S0 36, K 40, 50 dates, laguerre) on the GPU (psi in the kernels) against numpy
+    on the same keys, the whole sets and their parts, within a fraction of the standard error."""
+    model = BlackScholes(spot=[36.0], vol=[0.2], dividend=0.0, rate=0.06, correlation=0.0)
+    c = Contract(style="bermudan", payoff="put", underlying="asset", strike=40.0, maturity=1.0, n_exercise=50, asset=0)
+    grid = np.concatenate([[0.0], c.exercise_times()])
+    psi = basis.make_basis("laguerre", model.spot)
+    out = {}
+    for xp in (np, cp):
+        S = model.sample(grid, 8192, seed=5, purpose="price", dtype=np.float32, xp=xp, outer=(0, 3))
+        res = longstaff_schwartz(S, c.exercise_times(), c.payoff_value, psi, model.rate, solver={"method": "auto"},
+                                 regression_dtype=np.float64, splits=splits)
+        out[xp.__name__] = (cp.asnumpy(res.value), cp.asnumpy(res.stderr), [cp.asnumpy(p) for p in res.parts])
+    (v0, se0, p0), (v1, _, p1) = out["numpy"], out["cupy"]
+    np.testing.assert_allclose(v1, v0, atol=0.3 * se0.max())
+    for a, b in zip(p1, p0, strict=True):
+        np.testing.assert_allclose(a, b, atol=0.3 * se0.max() * np.sqrt(a.shape[1]))
