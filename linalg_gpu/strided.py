@@ -4,12 +4,12 @@ paths (B, M, N, d), without copying them.
 CuPy's ``matmul`` copies a non-contiguous operand first. cuBLAS's strided-batched GEMM
 (``cublas<t>gemmStridedBatched``) takes the distance between rows as the leading dimension
 instead, so the slice is read where it lies. On numpy arrays both functions are numpy's
-``matmul`` (their twin). Measured on the H100, one Longstaff-Schwartz date of
+``matmul`` (their twin). Measured on the H100 with cuBLAS for every product, one Longstaff-Schwartz date of
 ``benchmarks/bench_cva.py`` (3259 sets of 1024 paths, 29 assets, float32), ms: the basket's
 ``S_j @ w`` 0.70 -> 0.37; with the affine basis of ``cva.lsm`` (no regressors formed), the date's
 payoff, normal equations and continuation values 3.26 -> 1.46 (float64, 1630 sets: 2.45 -> 1.10).
-Matrix-vector products do not go to cuBLAS but to ``cuda/strided_gemv.cu``, whose sums have a fixed order:
-cuBLAS's choice of kernel by batch count made the values depend on the chunk size.
+Matrix-vector products have since gone to ``cuda/strided_gemv.cu`` (not timed alone), whose sums have a
+fixed order: cuBLAS's choice of kernel by batch count made the values depend on the chunk size.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import cva
-from cva.engine.diagnostics import design_rows
+from cva.engine.diagnostics import analyse
 
 
 @pytest.mark.parametrize("m, p, rank", [(200, 6, 6), (200, 6, 3), (40, 10, 10), (5, 8, 5), (300, 30, 12),
@@ -14,7 +14,7 @@ from cva.engine.diagnostics import design_rows
 def test_singular_values_rank_and_condition(rng, m, p, rank):
     X = rng.standard_normal((m, rank)) @ rng.standard_normal((rank, p))       # exact rank `rank`
     X *= np.logspace(0, 2, p)                                                  # columns of different scales
-    r = design_rows(X, cond_max=1e5)
+    (r,) = analyse([X], cond_max=1e5)
     ref = np.linalg.svd(X, compute_uv=False)
     s = np.sort(r["singular_values"])[::-1][:ref.size]
     np.testing.assert_allclose(s[:rank], ref[:rank], rtol=1e-10)

@@ -26,7 +26,7 @@ def compare(name, a, b):
           flush=True)
 
 
-def single_asset_config():
+def two_bermudans_config():
     return {"run": {"name": "probe", "seed": 1, "backend": "gpu", "dtype": "float32"},
             "market": {"spot": [100.0, 90.0], "vol": [0.2, 0.3], "rate": 0.05, "correlation": 0.3},
             "portfolio": [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 100.0,
@@ -48,31 +48,36 @@ def cube(raw, B, splits):
     return out
 
 
-for name, raw, B, splits in [("paper-like (affine basis, d = 29)", paper_config(4096, 1024, "float32", "gpu", "/tmp/p"),
-                              1024, 1),
-                             ("single-asset Bermudans (linear, stacked)", single_asset_config(), 2048, 1)]:
-    a, b = cube(raw, B, splits)
-    compare(f"value cube: {name}", a, b)
+def main():
+    paper = paper_config(4096, 1024, "float32", "gpu", "/tmp/p")
+    for name, raw, B, splits in [("paper-like (affine basis, d = 29)", paper, 1024, 1),
+                                 ("two single-asset Bermudans (linear)", two_bermudans_config(), 2048, 1)]:
+        a, b = cube(raw, B, splits)
+        compare(f"value cube: {name}", a, b)
 
-rs = cp.random.default_rng(0)
-for B, M, p in [(1024, 1024, 30), (2048, 128, 4)]:
-    X = rs.standard_normal((2 * B, M, p), dtype=cp.float32)
-    V = rs.standard_normal((2 * B, M), dtype=cp.float32)
-    A2, b2 = lsm._normal_equations(cp, X, V, None)
-    A1, b1 = lsm._normal_equations(cp, X[:B].copy(), V[:B].copy(), None)
-    compare(f"normal equations (cupy matmul) {B}x{M}x{p}: A", A2[:B], A1)
-    compare(f"normal equations (cupy matmul) {B}x{M}x{p}: b", b2[:B], b1)
-    G2 = strided.gram(X, X)
-    G1 = strided.gram(X[:B], X[:B])
-    compare(f"strided.gram {B}x{M}x{p}", G2[:B], G1)
-    beta = rs.standard_normal((2 * B, p), dtype=cp.float32)
-    compare(f"strided.matmul {B}x{M}x{p}", strided.matmul(X, beta[..., None])[:B],
-            strided.matmul(X[:B], beta[:B, :, None]))
-    compare(f"cupy X @ beta {B}x{M}x{p}", (X @ beta[..., None])[:B], X[:B] @ beta[:B, :, None])
-    compare(f"V.mean(axis=1) {B}x{M}", V.mean(axis=1)[:B], V[:B].mean(axis=1))
-    compare(f"V.std(axis=1) {B}x{M}", V.std(axis=1, ddof=1)[:B], V[:B].std(axis=1, ddof=1))
-    compare(f"V.sum(axis=1) {B}x{M}", V.sum(axis=1)[:B], V[:B].sum(axis=1))
-    Am = A2 + 5 * cp.eye(p, dtype=cp.float32)
-    x2 = lg.solve_small(Am, b2, assume_symmetric=True)
-    x1 = lg.solve_small(Am[:B].copy(), b2[:B].copy(), assume_symmetric=True)
-    compare(f"solve_small {B}x{p}", x2[:B], x1)
+    rs = cp.random.default_rng(0)
+    for B, M, p in [(1024, 1024, 30), (2048, 128, 4)]:
+        X = rs.standard_normal((2 * B, M, p), dtype=cp.float32)
+        V = rs.standard_normal((2 * B, M), dtype=cp.float32)
+        A2, b2 = lsm._normal_equations(cp, X, V, None)
+        A1, b1 = lsm._normal_equations(cp, X[:B].copy(), V[:B].copy(), None)
+        compare(f"normal equations (cupy matmul) {B}x{M}x{p}: A", A2[:B], A1)
+        compare(f"normal equations (cupy matmul) {B}x{M}x{p}: b", b2[:B], b1)
+        G2 = strided.gram(X, X)
+        G1 = strided.gram(X[:B], X[:B])
+        compare(f"strided.gram {B}x{M}x{p}", G2[:B], G1)
+        beta = rs.standard_normal((2 * B, p), dtype=cp.float32)
+        compare(f"strided.matmul {B}x{M}x{p}", strided.matmul(X, beta[..., None])[:B],
+                strided.matmul(X[:B], beta[:B, :, None]))
+        compare(f"cupy X @ beta {B}x{M}x{p}", (X @ beta[..., None])[:B], X[:B] @ beta[:B, :, None])
+        compare(f"V.mean(axis=1) {B}x{M}", V.mean(axis=1)[:B], V[:B].mean(axis=1))
+        compare(f"V.std(axis=1) {B}x{M}", V.std(axis=1, ddof=1)[:B], V[:B].std(axis=1, ddof=1))
+        compare(f"V.sum(axis=1) {B}x{M}", V.sum(axis=1)[:B], V[:B].sum(axis=1))
+        Am = A2 + 5 * cp.eye(p, dtype=cp.float32)
+        x2 = lg.solve_small(Am, b2, assume_symmetric=True)
+        x1 = lg.solve_small(Am[:B].copy(), b2[:B].copy(), assume_symmetric=True)
+        compare(f"solve_small {B}x{p}", x2[:B], x1)
+
+
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,7 @@ import cupy as cp
 import numpy as np
 
 sys.path.insert(0, "benchmarks/tools")
-from probe_chunk_bits import single_asset_config  # noqa: E402
+from probe_chunk_bits import two_bermudans_config  # noqa: E402
 
 import linalg_gpu as lg  # noqa: E402
 from cva.engine import lsm, nested  # noqa: E402
@@ -36,7 +36,7 @@ for mod, name in [(lsm, "_affine_normal_equations"), (lsm, "_normal_equations"),
                   (lsm, "_affine_fitted"), (strided, "gram"), (strided, "matmul"), (lg, "solve_small")]:
     traced(mod, name)
 
-cfg = load_config(single_asset_config())                # two contracts stacked in one LSM call
+cfg = load_config(two_bermudans_config())                # two contracts stacked in one LSM call
 plan, model = build_plan(cfg), BlackScholes.from_market(cfg.market)
 runs = []
 for n in (4096, 2048):

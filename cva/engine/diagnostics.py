@@ -17,22 +17,13 @@ DESIGN_SAMPLE = 4          # outer paths (the first, whatever the chunking) whos
 #: LSM calls analysed per valuation date: the first in the plan's order (of a stack of contracts, its first). A
 #: desk of 400 trades spent 31 s of a 56 s CPU engine (54 s of 165 s on an H200) in the analysis of every call.
 DESIGN_STACKS = 4
-#: regression dates analysed per LSM call: its first (the nearest the valuation date, where the inner paths have
-#: spread least and the regressors are most nearly collinear) and its last. With eight paths at every date, one
-#: matrix at a time, the analysis took 4 s of bench_cva's 5 s engine on an H100.
-DESIGN_DATES = 2
-
-
-def design_rows(X, cond_max) -> dict:
-    """The diagnostics of one design matrix X (m, p), m >= 1: its singular values, effective rank at
-    ``cond_max`` and kappa(X)^2 (inf where X is singular)."""
-    return analyse([X], cond_max)[0]
 
 
 def analyse(Xs, cond_max) -> list[dict]:
-    """:func:`design_rows` of each design matrix of a list, those of one basis size p in one stacked Jacobi call
-    (``jacobi_svdvals``; rows of zeros pad them to a common height, which leaves the singular values as they
-    are)."""
+    """The diagnostics of each design matrix X (m, p), m >= 1, of a list: its singular values, effective rank at
+    ``cond_max`` and kappa(X)^2 (inf where X is singular). Those of one basis size p go through one stacked
+    Jacobi call (``jacobi_svdvals``; rows of zeros pad them to a common height, which leaves the singular values
+    as they are)."""
     out = [None] * len(Xs)
     for p in sorted({X.shape[1] for X in Xs}):
         idx = [i for i, X in enumerate(Xs) if X.shape[1] == p]
@@ -50,12 +41,14 @@ def analyse(Xs, cond_max) -> list[dict]:
 
 def sample(S, payoff, psi, itm_only, n) -> list:
     """The design matrices (host float64, the regression's paths only) of the first ``n`` path sets of S
-    (B, M, N, d) at the first and the last regression date (of N - 1): a list of (date index, X)."""
+    (B, M, N, d) at the first regression date (the nearest the valuation date, where the inner paths have spread
+    least and the regressors are most nearly collinear) and the last (of N - 1): a list of (date index, X). With
+    eight paths at every date, one matrix at a time, the analysis took 4 s of bench_cva's 5 s engine on an H100."""
     from linalg_gpu._backend import to_host
 
     out = []
     S = np.asarray(to_host(S[:n]), dtype=np.float64)
-    for j in sorted({0, S.shape[2] - 2})[:DESIGN_DATES] if S.shape[2] >= 2 else []:
+    for j in sorted({0, S.shape[2] - 2}) if S.shape[2] >= 2 else []:
         Sj = S[:, :, j]
         h = np.asarray(payoff(Sj), dtype=np.float64)
         X = np.asarray(psi(Sj, h), dtype=np.float64)                  # (n, M, p)

@@ -12,7 +12,8 @@ batch of p x p normal equations
     A = (1/M) sum_m w_m psi_m psi_m^T,   b = (1/M) sum_m w_m psi_m V_m,   w_m = 1[h(S_m) > 0],
 
 assembled by batched matrix products on the arrays' device (for the affine basis on the GPU, from the
-date's slice of S as it lies, without forming psi) and solved by
+date's slice of S as it lies, without forming psi; for the Laguerre basis by kernels that evaluate psi) and
+solved by
 :func:`linalg_gpu.solve_small` (method, cond_max, rtol from the config; the solver report of
 each date is kept). Like tf-quant-finance's ``least_square_mc``, the algorithm knows neither
 model nor product: it takes the paths and two functions.
@@ -83,7 +84,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     payoff_fn : callable, S (..., d) -> exercise value (...).
     basis_fn : callable, (S (..., d), exercise value (...)) -> regressors (..., p).
         A :class:`cva.engine.basis.Basis` whose ``affine`` is true is used on the GPU without forming the
-        regressors: the normal equations and fitted values come from S's slice by strided products.
+        regressors: the normal equations and fitted values come from S's slice by strided products; one whose
+        ``fused`` is true (Laguerre, d = 1) has them from kernels that evaluate psi (``cuda/laguerre_lsm.cu``).
     rate : float, the flat continuously compounded rate.
     t0 : float, the valuation time (the start of the paths).
     solver : dict, optional
@@ -94,7 +96,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         The paper's solver memory; its key per date is ``keys[j]`` (default: the date itself).
     timings : dict, optional
         Accumulates seconds per stage ("assembly": basis and normal equations, "conditions": the
-        condition sample, "solve", "exercise"), synchronizing the device between stages (for
+        condition sample, "solve", "exercise"); on the GPU from CUDA events read at the end (for
         benchmarks and reports).
     condition_sample : int, default 0
         Per date, the 2-norm condition numbers of the first this many regression matrices are
@@ -106,8 +108,9 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     splits : int, default 0
         Also price each set's 2, 4, ..., 2^splits equal parts (paths in order) on their own, into
         ``result.parts`` (the inner sets of :mod:`cva.engine.estimators`): the Gram matrices of the finest parts
-        are formed once and averaged for the coarser ones, the right-hand sides, solves and exercise
-        decisions are each part's own. The reports, conditions and coefficients are the whole sets'.
+        are formed once and averaged for the coarser ones (with a ``fused`` basis each depth's are computed in
+        its own pass), the right-hand sides, solves and exercise decisions are each part's own. The reports,
+        conditions and coefficients are the whole sets'.
 
     Returns
     -------
@@ -127,7 +130,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
     clock("exercise")                                                              # (the payoff at maturity)
     affine = xp is not np and getattr(basis_fn, "affine", False)                   # psi from S itself
-    fused = xp is not np and getattr(basis_fn, "fused", False)                     # psi evaluated in the kernels
+    fused = xp is not np and getattr(basis_fn, "fused", False) and S.shape[3] == 1  # psi evaluated in the kernels
     rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
     if rdt not in (np.float32, np.float64):
         raise ValueError(f"regression_dtype must be float32 or float64, got {regression_dtype!r}")
