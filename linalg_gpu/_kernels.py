@@ -43,6 +43,12 @@ def _function(file, expr, device_id, cuda_dir=CUDA_DIR):
     return fn
 
 
+def grid_blocks(total, threads=256, cap=65535 * 8) -> int:
+    """Blocks of ``threads`` for a grid-stride loop over ``total`` items: enough for one item per thread, at most
+    ``cap``, at least one."""
+    return int(min(cap, max(1, -(-int(total) // threads))))
+
+
 def get_function(file, template, dtype, *params, cuda_dir=CUDA_DIR):
     """The compiled kernel ``template<ctype(dtype), *params>`` from ``<cuda_dir>/<file>`` (default this
     package's ``cuda/``; an application passes its own folder of sources)."""

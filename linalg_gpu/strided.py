@@ -81,12 +81,10 @@ def matmul(a, b):
     sb = k * n if b.ndim == 3 else 0
     out = xp.empty((B, M) if b.ndim == 1 else (B, M, n), dtype=a.dtype)
     if n == 1:   # one thread per row, the sum in a fixed order: the same bits whatever B (cuBLAS's are not)
-        from ._kernels import get_function
+        from ._kernels import get_function, grid_blocks
 
-        threads = 256
-        blocks = int(min(65535 * 8, max(1, -(-B * M // threads))))
         get_function("strided_gemv.cu", "strided_gemv", a.dtype)(
-            (blocks,), (threads,), (np.uint64(a.data.ptr), np.int64(lda), np.int64(sa), bc, np.int64(sb), out,
+            (grid_blocks(B * M),), (256,), (np.uint64(a.data.ptr), np.int64(lda), np.int64(sa), bc, np.int64(sb), out,
                                     np.int64(B), np.int64(M), np.int32(k)))
     else:        # out^T (n x M) = b_b^T a_b^T, both read column-major as they lie
         _gemm(a.dtype.type, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, M, k, bc.data.ptr, n, sb, a.data.ptr, lda, sa,

@@ -350,14 +350,16 @@ def _affine_normal_equations(xp, S, basis, h, V, mask, empty=True):
 
 
 def _fused_kernel(name, S, basis):
-    """The kernel ``name`` of ``cuda/laguerre_lsm.cu`` for S's dtype and the basis size, with the arguments
-    of S (its pointer and strides in elements) and of the basis (1 / scale, 1 / the payoff column's scale)."""
+    """The kernel ``name`` of ``cuda/laguerre_lsm.cu`` for S's dtype and the basis size p: (kernel, p, the
+    arguments of S: its pointer and strides in elements, the arguments of the basis: 1 / scale and 1 / the payoff
+    column's scale)."""
     from linalg_gpu._kernels import get_function
 
     dt = S.dtype
     p = 5 if basis.payoff_regressor else 4
     fn = get_function("laguerre_lsm.cu", name, dt, p, cuda_dir=CUDA_DIR)
-    return fn, p, (np.uint64(S.data.ptr), np.int64(S.strides[0] // dt.itemsize), np.int64(S.strides[1] // dt.itemsize))
+    s_args = (np.uint64(S.data.ptr), np.int64(S.strides[0] // dt.itemsize), np.int64(S.strides[1] // dt.itemsize))
+    return fn, p, s_args, (dt.type(basis.inverse_scale(1)[0]), dt.type(1.0 / np.mean(basis.scale)))
 
 
 def _fused_normal_equations(S, basis, h, V, mask):
@@ -368,12 +370,11 @@ def _fused_normal_equations(S, basis, h, V, mask):
 
     B, M, _ = S.shape
     dt = S.dtype
-    fn, p, s_args = _fused_kernel("laguerre_normal_equations", S, basis)
+    fn, p, s_args, b_args = _fused_kernel("laguerre_normal_equations", S, basis)
     A, b = cp.empty((B, p, p), dtype=dt), cp.empty((B, p), dtype=dt)
-    inv = basis.inverse_scale(1)[0]
     fn((B,), (256,), (*s_args, cp.ascontiguousarray(h, dtype=dt), cp.ascontiguousarray(V, dtype=dt),
-                      np.uint64(0) if mask is None else cp.ascontiguousarray(mask), dt.type(inv),
-                      dt.type(1.0 / np.mean(basis.scale)), A, b, np.int32(M), dt.type(1.0 / M)))
+                      np.uint64(0) if mask is None else cp.ascontiguousarray(mask), *b_args, A, b, np.int32(M),
+                      dt.type(1.0 / M)))
     return A, b
 
 
@@ -381,14 +382,14 @@ def _fused_fitted(S, basis, h, beta):
     """psi beta (B, M) of the Laguerre basis from the slice S (B, M, 1) as it lies (``cuda/laguerre_lsm.cu``)."""
     import cupy as cp
 
+    from linalg_gpu._kernels import grid_blocks
+
     B, M, _ = S.shape
     dt = S.dtype
-    fn, _, s_args = _fused_kernel("laguerre_fitted", S, basis)
+    fn, _, s_args, b_args = _fused_kernel("laguerre_fitted", S, basis)
     out = cp.empty((B, M), dtype=dt)
-    blocks = int(min(65535 * 8, max(1, -(-B * M // 256))))
-    fn((blocks,), (256,), (*s_args, cp.ascontiguousarray(h, dtype=dt), cp.ascontiguousarray(beta, dtype=dt),
-                           dt.type(basis.inverse_scale(1)[0]), dt.type(1.0 / np.mean(basis.scale)), out,
-                           np.int64(B), np.int32(M)))
+    fn((grid_blocks(B * M),), (256,), (*s_args, cp.ascontiguousarray(h, dtype=dt), cp.ascontiguousarray(beta, dtype=dt),
+                                      *b_args, out, np.int64(B), np.int32(M)))
     return out
 
 

@@ -120,8 +120,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     exposure_pos = -np.ones(G, dtype=int)
     exposure_pos[plan.value_index] = np.arange(K)
     clock = StageClock(xp, timings)
-    S_out = model.sample(grid0, 1, seed=seed, purpose="outer", dtype=dtype, xp=xp, outer=(l0, Lc),
-                         outer_antithetic=sim.outer_antithetic)[:, 0]                  # (Lc, G, d)
+    S_out = outer_paths(cfg, plan, model, l0, Lc, xp)                                 # (Lc, G, d)
     clock("outer_paths")
     V = xp.zeros((nv, Lc, len(plan.contracts), K), dtype=np.float64)                   # the value cube
     alive = [xp.ones((nv, Lc), dtype=bool) for _ in plan.contracts]
@@ -209,6 +208,14 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     clock("io")                                                                        # (to the host)
     clock.flush()
     return V
+
+
+def outer_paths(cfg, plan, model, key0, n, xp=np):
+    """The outer paths of keys key0 .. key0 + n - 1 on the plan's grid, (n, G, d) in the run's dtype (the keys of
+    :mod:`cva.market.rng`: the same numbers for any chunking, and for :mod:`cva.xva.control`'s draw again)."""
+    grid0 = np.concatenate([[0.0], plan.grid])
+    return model.sample(grid0, 1, seed=cfg.run.seed, purpose="outer", dtype=np.dtype(cfg.run.dtype), xp=xp,
+                        outer=(key0, n), outer_antithetic=cfg.simulation.outer_antithetic)[:, 0]
 
 
 def timed_chunk(cfg, plan, model, xp, key0, Lc, inner_paths, splits, cond_sample):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cva.engine.nested import MLMC_LEVEL_PATHS
+from cva.engine.nested import MLMC_LEVEL_PATHS, outer_paths
 from cva.instruments.analytic import black_scholes_array, closed_form_price
 from cva.instruments.products import Contract
 
@@ -59,10 +59,7 @@ def twin_means(plan, model, quantities) -> np.ndarray:
 
 def outer_states(cfg, plan, model, level) -> np.ndarray:
     """The level's outer paths at the exposure dates, (N, K, d) float64, drawn again from the engine's keys."""
-    grid0 = np.concatenate([[0.0], plan.grid])
-    S = model.sample(grid0, 1, seed=cfg.run.seed, purpose="outer", dtype=np.dtype(cfg.run.dtype),
-                     outer=(level.index * MLMC_LEVEL_PATHS, level.paths),
-                     outer_antithetic=cfg.simulation.outer_antithetic)[:, 0]     # (N, G, d)
+    S = outer_paths(cfg, plan, model, level.index * MLMC_LEVEL_PATHS, level.paths)       # (N, G, d)
     return np.asarray(S[:, plan.exposure_index], dtype=np.float64)
 
 

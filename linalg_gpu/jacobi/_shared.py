@@ -13,12 +13,12 @@ from .._backend import get_array_module
 
 
 def _row_norms(W):
-    """Euclidean norms of the rows of W (numpy or cupy, real or complex), scaled per row so that tiny rows
-    do not underflow and huge ones do not overflow."""
+    """Euclidean norms of the rows of W (..., n, m) (numpy or cupy, real or complex; a stack row by row), scaled
+    per row so that tiny rows do not underflow and huge ones do not overflow."""
     xp = get_array_module(W)
-    mx = xp.abs(W).max(axis=1) if W.shape[1] else xp.zeros(W.shape[0], xp.abs(W).dtype)   # (n,)
+    mx = xp.abs(W).max(axis=-1) if W.shape[-1] else xp.zeros(W.shape[:-1], xp.abs(W).dtype)   # (..., n)
     safe = xp.where(mx > 0, mx, 1).astype(mx.dtype)
-    return mx * xp.sqrt((xp.abs(W / safe[:, None]) ** 2).sum(axis=1))
+    return mx * xp.sqrt((xp.abs(W / safe[..., None]) ** 2).sum(axis=-1))
 
 
 def _hz_real(a1, a2, a12, x, one):

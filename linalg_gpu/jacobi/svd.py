@@ -544,9 +544,7 @@ def jacobi_svdvals(A, *, tol=None, max_sweeps=60):
             W[:, J] = sn * Wi + c * Wj
         if not rotated or tau_max <= tangent:
             break
-    mx = np.abs(W).max(axis=2)                                           # (K, n) the rows' norms, scaled
-    s = mx * np.sqrt(((W / np.where(mx > 0, mx, 1)[..., None]) ** 2).sum(axis=2))
-    s = -np.sort(-s, axis=1)                                             # descending
+    s = -np.sort(-_row_norms(W), axis=1)                                 # (K, n) descending
     with np.errstate(over="ignore"):
         s = np.ldexp(s, e[:, None].astype(np.int32))
     return s.reshape(batch + (n,)).astype(dt, copy=False)
