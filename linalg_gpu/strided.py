@@ -8,8 +8,9 @@ instead, so the slice is read where it lies. On numpy arrays both functions are 
 ``benchmarks/bench_cva.py`` (3259 sets of 1024 paths, 29 assets, float32), ms: the basket's
 ``S_j @ w`` 0.70 -> 0.37; with the affine basis of ``cva.lsm`` (no regressors formed), the date's
 payoff, normal equations and continuation values 3.26 -> 1.46 (float64, 1630 sets: 2.45 -> 1.10).
-Matrix-vector products have since gone to ``cuda/strided_gemv.cu`` (not timed alone), whose sums have a
-fixed order: cuBLAS's choice of kernel by batch count made the values depend on the chunk size.
+Products with a few vectors and the Gram matrices of the regressions have since gone to kernels of our own
+(``cuda/strided_gemv.cu``, ``cuda/strided_gram.cu``), whose sums have a fixed order: cuBLAS's choice of kernel
+by batch count made the values depend on the chunk size.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._backend import get_array_module
+
+#: Matrix products with up to this many columns in ``b`` go to ``cuda/strided_gemv.cu`` (sums in a fixed order).
+FIXED_ORDER_COLUMNS = 4
 
 
 def _rows(a):
@@ -66,7 +70,9 @@ def matmul(a, b):
     """``a @ b`` for ``a`` (B, M, k) and ``b`` (k,), (k, n) shared by the sets, or (B, k, n).
 
     Returns (B, M) for a vector ``b``, else (B, M, n). On the GPU ``a`` is read as it lies when
-    its last axis is contiguous (any row and set strides); ``b`` is made contiguous.
+    its last axis is contiguous (any row and set strides); ``b`` is made contiguous. Up to
+    :data:`FIXED_ORDER_COLUMNS` columns the sums have a fixed order (``cuda/strided_gemv.cu``): the same bits
+    whatever B.
     """
     xp = get_array_module(a, b)
     rows = _strided_rows(xp, a) if b.ndim in (1, 2, 3) and b.dtype == a.dtype and b.size else None
@@ -80,43 +86,53 @@ def matmul(a, b):
     bc = xp.ascontiguousarray(b)
     sb = k * n if b.ndim == 3 else 0
     out = xp.empty((B, M) if b.ndim == 1 else (B, M, n), dtype=a.dtype)
-    if n == 1:   # one thread per row, the sum in a fixed order: the same bits whatever B (cuBLAS's are not)
+    if n <= FIXED_ORDER_COLUMNS:
         from ._kernels import get_function, grid_blocks
 
-        get_function("strided_gemv.cu", "strided_gemv", a.dtype)(
-            (grid_blocks(B * M),), (256,), (np.uint64(a.data.ptr), np.int64(lda), np.int64(sa), bc, np.int64(sb), out,
-                                    np.int64(B), np.int64(M), np.int32(k)))
+        get_function("strided_gemv.cu", "strided_gemv", a.dtype, n)(
+            (grid_blocks(B * M, 128),), (128,), (np.uint64(a.data.ptr), np.int64(lda), np.int64(sa), bc, np.int64(sb),
+                                            out, np.int64(B), np.int64(M), np.int32(k)))
     else:        # out^T (n x M) = b_b^T a_b^T, both read column-major as they lie
         _gemm(a.dtype.type, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, M, k, bc.data.ptr, n, sb, a.data.ptr, lda, sa,
               out.data.ptr, n, M * n, B)
     return out
 
 
-def gram(a, c, *, alpha=1.0, out=None):
-    """``alpha a^T c`` per set: (B, k, f) for ``a`` (B, M, k) and ``c`` (B, M, f).
+def concat_gram(s, f=None, weights=None, *, alpha=1.0, rows=None):
+    """``alpha sum_m w_m z_m z_m^T`` per set, z_m = (s[b, m], f[b, m]): (B, n, n), n = d + e, or with ``rows``
+    its first rows only, (B, rows, n).
 
-    On the GPU both are read as they lie when their last axes are contiguous (any row and set
-    strides); with ``c is a``, the Gram matrices a_b^T a_b. ``out`` (B, k, f) receives the result
-    (on the GPU written in place when its last axis is contiguous, e.g. a block of a larger matrix).
+    ``s`` (B, M, d), on the GPU read as it lies when its last axis is contiguous (one date's slice of the paths),
+    ``f`` (B, M, e) optional further columns, ``weights`` (B, M) optional (default ones). On the GPU the sums
+    have a fixed order (``cuda/strided_gram.cu``): the same bits whatever B, unlike cuBLAS's batched products.
     """
-    xp = get_array_module(a, c)
-    rows = None
-    if xp is not np and a.ndim == c.ndim == 3 and a.shape[:2] == c.shape[:2]:
-        shape = (a.shape[0], a.shape[2], c.shape[2])
-        out = xp.empty(shape, dtype=a.dtype) if out is None else out
-        rows = _strided_rows(xp, a, c, out) if out.shape == shape else None
-    if rows is None:
-        r = (a.transpose(0, 2, 1) @ c) * a.dtype.type(alpha)
-        if out is None:
-            return r
-        out[...] = r
-        return out
-    from cupy.cuda import cublas
+    xp = get_array_module(s)
+    if s.ndim != 3 or s.dtype not in (np.float32, np.float64):
+        raise ValueError(f"s must be a float32 or float64 array (B, M, d), got {s.dtype} {s.shape}")
+    B, M, d = s.shape
+    if f is not None and (f.ndim != 3 or f.shape[:2] != (B, M)):
+        raise ValueError(f"f must have shape ({B}, {M}, e), got {f.shape}")
+    if weights is not None and weights.shape != (B, M):
+        raise ValueError(f"weights must have shape ({B}, {M}), got {weights.shape}")
+    e = 0 if f is None else f.shape[2]
+    n = d + e
+    rows = n if rows is None else int(rows)
+    if not 0 < rows <= n:
+        raise ValueError(f"rows must be in 1 .. {n}, got {rows}")
+    if xp is np or _rows(s) is None or B == 0 or M == 0:
+        z = s if f is None else xp.concatenate([s, f.astype(s.dtype, copy=False)], axis=2)
+        zw = z if weights is None else z * weights.astype(s.dtype, copy=False)[..., None]
+        return (zw[..., :rows].transpose(0, 2, 1) @ z) * s.dtype.type(alpha)
+    from ._kernels import get_function
 
-    B, M, k = a.shape
-    f = c.shape[2]
-    (lda, sa), (ldc, sc), (ldo, so) = rows
-    # out as it lies is the column-major f x k matrix c_b^T a_b: c_b^T and a_b^T lie column-major
-    _gemm(a.dtype.type, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T, f, k, M, c.data.ptr, ldc, sc, a.data.ptr, lda, sa,
-          out.data.ptr, ldo, so, B, alpha)
+    lds, ss = _rows(s)
+    out = xp.empty((B, rows, n), dtype=s.dtype)
+    fc = None if f is None else xp.ascontiguousarray(f, dtype=s.dtype)
+    wc = None if weights is None else xp.ascontiguousarray(weights, dtype=s.dtype)
+    tiles = -(-n // 32)
+    get_function("strided_gram.cu", "concat_gram", s.dtype)(
+        (B, -(-rows // 32) * tiles), (256,), (np.uint64(s.data.ptr), np.int64(lds), np.int64(ss), np.int32(d),
+                                              np.uint64(0) if fc is None else fc, np.int32(e),
+                                              np.uint64(0) if wc is None else wc, out, np.int32(M), np.int32(rows),
+                                              s.dtype.type(alpha)))
     return out

@@ -34,7 +34,8 @@ INSTANCES = {
     "eigh_small.cu": ["eigh_small<float, 9>", "eigh_small<float, 64>", "eig_truncate_solve<double, 33>",
                      "eig_truncate_solve<float, 40>"],
     "eigh_jacobi.cu": ["eigh_jacobi<float, 8>", "eigh_jacobi<float, 11>", "eigh_jacobi<double, 5>"],
-    "strided_gemv.cu": ["strided_gemv<float>", "strided_gemv<double>"],
+    "strided_gemv.cu": ["strided_gemv<float, 1>", "strided_gemv<double, 3>"],
+    "strided_gram.cu": ["concat_gram<float>", "concat_gram<double>"],
     ENGINE_DIR / "laguerre_lsm.cu": ["laguerre_normal_equations<double, 4>", "laguerre_normal_equations<float, 5>",
                                      "laguerre_fitted<double, 5>", "laguerre_fitted<float, 4>"],
 }

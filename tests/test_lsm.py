@@ -12,8 +12,10 @@ from cva.engine import basis
 from cva.engine import lsm as lsm_module
 from cva.engine.lsm import (
     _affine_fitted,
-    _affine_normal_equations,
+    _gram_normal_equations,
     _normal_equations,
+    _parts,
+    _split_normal_equations,
     apply_policy,
     longstaff_schwartz,
     report_summary,
@@ -110,28 +112,41 @@ def test_batched_regressions_match_per_set_least_squares(rng):
 @pytest.mark.parametrize("payoff_regressor", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("one_scale", [False, True])
-def test_affine_normal_equations_match_the_formed_basis(rng, payoff_regressor, masked, one_scale):
+@pytest.mark.parametrize("splits", [0, 2])
+def test_gram_normal_equations_match_the_formed_basis(rng, payoff_regressor, masked, one_scale, splits):
     """The affine basis's normal equations and fitted values from the strided slice S[:, :, j] (the GPU
-    path's algebra, here on numpy) equal those of the formed psi, in psi's order and scale; a set with no
-    path in the money gets A = I, b = 0 in both."""
-    B, M, N, d = 4, 300, 3, 3
+    path's algebra, here on numpy) equal those of the formed psi, in psi's order and scale, for the whole sets
+    and each depth's equal parts (each depth with its own cashflows); a set or part with no path in the money
+    gets A = I, b = 0 in both."""
+    B, M, N, d = 4, 300 if splits == 0 else 320, 3, 3
     S = rng.uniform(50.0, 150.0, (B, M, N, d))
-    scale = np.full(d, 97.0) if one_scale else rng.uniform(80.0, 120.0, d)    # one scale rides in cuBLAS's alpha
+    scale = np.full(d, 97.0) if one_scale else rng.uniform(80.0, 120.0, d)
     psi = basis.make_basis("linear", scale, payoff_regressor)
     assert psi.affine and not basis.make_basis("linear", scale, order_statistics=True).affine
     Sj = S[:, :, 1]                                                    # strided rows, as the LSM passes them
     h = np.maximum(100.0 - Sj.mean(axis=-1), 0)
     h[0] = 0.0                                                         # set 0: no path in the money
-    V = rng.standard_normal((B, M))
+    h[1, :M // 4] = 0.0                                                # set 1: its first quarter neither
+    Vs = [rng.standard_normal((B, M)) for _ in range(splits + 1)]
     mask = h > 0 if masked else None
-    A, b = _affine_normal_equations(np, Sj, psi, h, V, mask)
-    A_ref, b_ref = _normal_equations(np, psi(Sj, h), V, mask)
-    np.testing.assert_allclose(A, A_ref, rtol=1e-13, atol=1e-15)
-    np.testing.assert_allclose(b, b_ref, rtol=1e-13, atol=1e-15)
-    beta = rng.standard_normal((B, A.shape[1]))
+    As, bs = _gram_normal_equations(np, Sj, psi, h, Vs, mask)
     X = psi(Sj, h)
-    np.testing.assert_allclose(_affine_fitted(Sj, psi, h, beta), (X @ beta[..., None])[..., 0],
-                               atol=1e-13 * (np.abs(X) @ np.abs(beta)[..., None]).max())
+    betas = []
+    for depth, (A, b) in enumerate(zip(As, bs, strict=True)):
+        n = 2 ** depth
+        A_ref, b_ref = _normal_equations(np, _parts(X, n), _parts(Vs[depth], n),
+                                         None if mask is None else _parts(mask, n))
+        np.testing.assert_allclose(A, A_ref, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(b, b_ref, rtol=1e-13, atol=1e-15)
+        betas.append(rng.standard_normal((B * n, A.shape[1])))
+    for depth, C in enumerate(_affine_fitted(Sj, psi, h, betas)):
+        Xp, beta = _parts(X, 2 ** depth), betas[depth]
+        ref = (Xp @ beta[..., None])[..., 0].reshape(B, M)
+        np.testing.assert_allclose(C, ref, atol=1e-13 * (np.abs(Xp) @ np.abs(beta)[..., None]).max())
+    formed = _gram_normal_equations(np, X, None, h, Vs, mask)                # psi formed: the same equations
+    split = _split_normal_equations(np, X, Vs, mask)                           # and the CPU's
+    for got, ref in zip([*formed[0], *formed[1]], [*split[0], *split[1]], strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-13, atol=1e-15)
 
 
 def test_one_exercise_date_is_the_discounted_mean_payoff(rng):
@@ -276,3 +291,26 @@ def test_split_parts_are_the_parts_priced_alone(affine_basis):
         n = 2 ** depth
         alone = longstaff_schwartz(S.reshape((6 * n, 64 // n) + S.shape[2:]), times, payoff, psi, m.rate)
         np.testing.assert_allclose(parts, alone.value.reshape(6, n), rtol=1e-12)
+
+
+def test_concat_gram_numpy_twin_and_its_checks(rng):
+    """linalg_gpu.strided.concat_gram on numpy: the weighted Gram matrices of the rows (s, f) against einsum in
+    float64, its first rows alone, and one-line errors for operands of the wrong shape or an impossible row count."""
+    from linalg_gpu import strided
+
+    s = rng.standard_normal((3, 50, 4, 5))[:, :, 2]                   # a date's strided slice
+    f = rng.standard_normal((3, 50, 2))
+    w = (rng.uniform(size=(3, 50)) < 0.5).astype(float)
+    z = np.concatenate([s, f], axis=2)
+    ref = np.einsum("bm,bmi,bmj->bij", w, z, z) * 0.5
+    np.testing.assert_allclose(strided.concat_gram(s, f, w, alpha=0.5), ref, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(strided.concat_gram(s, f, w, alpha=0.5, rows=5), ref[:, :5], rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(strided.concat_gram(s), np.einsum("bmi,bmj->bij", s, s), rtol=1e-13, atol=1e-13)
+    with pytest.raises(ValueError, match="f must have shape"):
+        strided.concat_gram(s, f[:, :10])
+    with pytest.raises(ValueError, match="weights must have shape"):
+        strided.concat_gram(s, f, w[:2])
+    with pytest.raises(ValueError, match="rows must be in 1 .. 7"):
+        strided.concat_gram(s, f, rows=8)
+    with pytest.raises(ValueError, match="s must be a float32 or float64 array"):
+        strided.concat_gram(s.astype(int))

@@ -63,9 +63,9 @@ def main():
         A1, b1 = lsm._normal_equations(cp, X[:B].copy(), V[:B].copy(), None)
         compare(f"normal equations (cupy matmul) {B}x{M}x{p}: A", A2[:B], A1)
         compare(f"normal equations (cupy matmul) {B}x{M}x{p}: b", b2[:B], b1)
-        G2 = strided.gram(X, X)
-        G1 = strided.gram(X[:B], X[:B])
-        compare(f"strided.gram {B}x{M}x{p}", G2[:B], G1)
+        G2 = strided.concat_gram(X)
+        G1 = strided.concat_gram(X[:B])
+        compare(f"strided.concat_gram {B}x{M}x{p}", G2[:B], G1)
         beta = rs.standard_normal((2 * B, p), dtype=cp.float32)
         compare(f"strided.matmul {B}x{M}x{p}", strided.matmul(X, beta[..., None])[:B],
                 strided.matmul(X[:B], beta[:B, :, None]))

@@ -1,73 +1,78 @@
-"""Where one chunk of the bench_cva configuration spends its time (GPU): cProfile of the chunk,
-then the pieces of the inner-path generation timed alone. Usage: python benchmarks/tools/profile_cva.py [dtype]"""
+"""Where the time goes in bench_cva's paper-scale run (GPU): the engine and its stages at the default chunk and at
+others, the host's Python by function (cProfile), and every CUDA kernel of the process (CuPy's, cuBLAS's,
+cuSOLVER's and ours) summed by name from PyTorch's CUPTI profiler (the device image's python has torch). Kernel
+time well below the engine's means the host, not the GPU, sets the pace.
 
+Usage::
+
+    python benchmarks/tools/profile_cva.py [--outer 16384] [--inner 1024] [--estimator extrapolated] [--top 30]
+                                           [--chunks 5462 8192]
+"""
+
+from __future__ import annotations
+
+import argparse
 import cProfile
 import pstats
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-import cupy as cp
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-sys.path.insert(0, "benchmarks")
 from bench_cva import config  # noqa: E402
 
-import linalg_gpu as lg  # noqa: E402
-from cva.engine import nested  # noqa: E402
-from cva.engine.plan import build_plan  # noqa: E402
-from cva.io.config import load_config  # noqa: E402
-from cva.market import rng  # noqa: E402
-from cva.market.model import BlackScholes  # noqa: E402
-
-dtype = sys.argv[1] if len(sys.argv) > 1 else "float32"
-Lc = int(sys.argv[2]) if len(sys.argv) > 2 else 2048
-cfg = load_config(config(16384, 1024, dtype, "gpu", "/tmp/x"))
-plan = build_plan(cfg)
-model = BlackScholes.from_market(cfg.market)
+import cva  # noqa: E402
 
 
-def chunk(i=0):
-    stats, tim = nested.DateStats(len(plan.grid)), {}
-    nested.chunk_values(cfg, plan, model, cp, i * Lc, Lc, stats, tim)
-    return tim
+def run(outer, inner, estimator, dtype="float32", chunk=None):
+    import cupy as cp
+
+    cfg = None
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = config(outer, inner, dtype, "gpu", tmp, estimator)
+        if chunk:
+            cfg["simulation"]["chunk"] = chunk
+        pool = cp.get_default_memory_pool()
+        pool.free_all_blocks()
+        t0 = time.perf_counter()
+        res = cva.run(cfg, progress=False)
+        wall = time.perf_counter() - t0
+        res.summary["pool_gib"] = pool.total_bytes() / 2**30      # the pool keeps its blocks: about the peak
+        return res, wall
 
 
-for i in range(3):                                          # the first compiles
-    cp.cuda.Device().synchronize()
-    t = time.perf_counter()
-    tim = chunk(i)
-    print(f"chunk {i} of {Lc} outer paths: {time.perf_counter() - t:.3f} s; stages",
-          {k: round(v, 3) for k, v in tim.items()})
-pr = cProfile.Profile()
-pr.enable()
-chunk(3)
-pr.disable()
-pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--outer", type=int, default=16384)
+    ap.add_argument("--inner", type=int, default=1024)
+    ap.add_argument("--estimator", default="extrapolated")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--chunks", type=int, nargs="*", default=[], help="also time these chunk sizes")
+    args = ap.parse_args(argv)
+    from torch.profiler import ProfilerActivity, profile
+
+    run(256, 64, args.estimator)
+    for chunk in [None, None, *args.chunks]:
+        res, wall = run(args.outer, args.inner, args.estimator, chunk=chunk)
+        s = res.summary
+        print(f"engine {s['elapsed_seconds']:.3f} s, wall {wall:.3f} s, chunk {s['chunk']}, pool {s['pool_gib']:.2f} "
+              f"GiB, CVA {res.cva:.8g}, stages " + ", ".join(f"{k} {v:.3f}" for k, v in s["runtime_seconds"].items()
+                                                           if v > 0))
+    pr = cProfile.Profile()
+    pr.enable()
+    run(args.outer, args.inner, args.estimator)
+    pr.disable()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(args.top)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        res, wall = run(args.outer, args.inner, args.estimator)
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or e.self_device_time_total > 0]
+    total = sum(e.self_device_time_total for e in kernels) / 1e6
+    print(f"profiled: engine {res.summary['elapsed_seconds']:.3f} s, kernels {total:.3f} s of device time")
+    for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:args.top]:
+        print(f"{e.self_device_time_total / 1e6:8.4f} s {e.count:7d}x  {e.key[:110]}")
 
 
-def timed(name, fn, rep=3):
-    fn()
-    cp.cuda.Device().synchronize()
-    t = time.perf_counter()
-    for _ in range(rep):
-        out = fn()
-    cp.cuda.Device().synchronize()
-    print(f"{name:40s} {(time.perf_counter() - t) / rep * 1e3:9.2f} ms")
-    return out
-
-
-dt = np.dtype(dtype)
-z = timed("normals (Lc, 1024, 9, 29)", lambda: rng.normals(1, "inner", (0, Lc), (0, 1024), 0, (1, 9), 29, dtype=dt,
-                                                           xp=cp))
-L = cp.asarray(np.eye(29) * 0.1, dtype=dt)
-w = timed("z @ L.T", lambda: z @ L.T)
-timed("w * a + b", lambda: w * dt.type(0.3) + dt.type(0.01))
-timed("cumsum axis -2", lambda: cp.cumsum(w, axis=-2))
-timed("exp", lambda: cp.exp(w))
-timed("model.paths", lambda: model.paths(cp.ones((Lc, 1, 29), dtype=dt), plan.grid[:10] * 0 + np.arange(10) * 0.1, z))
-X = cp.ones((Lc, 1024, 30), dtype=dt)
-timed("X^T X batched", lambda: X.transpose(0, 2, 1) @ X)
-A = X.transpose(0, 2, 1) @ X / 1024 + cp.eye(30, dtype=dt)
-b = cp.ones((Lc, 30), dtype=dt)
-timed("solve_small auto", lambda: lg.solve_small(A, b, return_report=True, assume_symmetric=True))
-timed("solve_small ldlt", lambda: lg.solve_small(A, b, method="ldlt", return_report=True, assume_symmetric=True))
+if __name__ == "__main__":
+    main()

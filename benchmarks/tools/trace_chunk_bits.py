@@ -25,15 +25,16 @@ def traced(mod, name):
 
     def wrapper(*args, **kw):
         out = fn(*args, **kw)
-        for i, o in enumerate(out if isinstance(out, tuple) else (out,)):
+        flat = [x for o in (out if isinstance(out, tuple) else (out,)) for x in (o if isinstance(o, list) else [o])]
+        for i, o in enumerate(flat):
             if isinstance(o, cp.ndarray):
                 record.append((f"{name}[{i}] {tuple(o.shape)}", cp.asnumpy(o)))
         return out
     setattr(mod, name, wrapper)
 
 
-for mod, name in [(lsm, "_affine_normal_equations"), (lsm, "_normal_equations"), (lsm, "_split_normal_equations"),
-                  (lsm, "_affine_fitted"), (strided, "gram"), (strided, "matmul"), (lg, "solve_small")]:
+for mod, name in [(lsm, "_gram_normal_equations"), (lsm, "_affine_fitted"), (strided, "concat_gram"),
+                  (strided, "matmul"), (lg, "solve_small")]:
     traced(mod, name)
 
 cfg = load_config(two_bermudans_config())                # two contracts stacked in one LSM call

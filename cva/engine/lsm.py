@@ -22,7 +22,7 @@ model nor product: it takes the paths and two functions.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +93,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     itm_only : bool, default True
         Regress on the in-the-money paths only (Longstaff & Schwartz's choice).
     memory : linalg_gpu.SolverMemory, optional
-        The paper's solver memory; its key per date is ``keys[j]`` (default: the date itself).
+        The paper's solver memory; its key per date is ``keys[j]`` (default: the date itself), for the whole
+        sets' systems and, with ``splits``, their parts' after them (one solver call per date).
     timings : dict, optional
         Accumulates seconds per stage ("assembly": basis and normal equations, "conditions": the
         condition sample, "solve", "exercise"); on the GPU from CUDA events read at the end (for
@@ -146,11 +147,12 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
                                                              _parts(Vr[k], 2 ** k),
                                                              None if mask is None else _parts(mask, 2 ** k))
                                      for k in range(splits + 1)), strict=True))
+        elif xp is not np:                                 # every depth from one Gram of the finest parts
+            As, bs = _gram_normal_equations(xp, Sj if affine else X, basis_fn if affine else None, h, Vr, mask)
         elif splits:
-            As, bs = _split_normal_equations(xp, Sj, X, basis_fn, h, Vr, mask)
+            As, bs = _split_normal_equations(xp, X, Vr, mask)
         else:
-            A, b = (_affine_normal_equations(xp, Sj, basis_fn, h, Vr[0], mask) if affine
-                    else _normal_equations(xp, X, Vr[0], mask))                     # (B, p, p), (B, p)
+            A, b = _normal_equations(xp, X, Vr[0], mask)                           # (B, p, p), (B, p)
             As, bs = [A], [b]
         A = As[0]
         clock("assembly")
@@ -159,18 +161,20 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
             low, high = xp.abs(w[:, 0]), xp.abs(w[:, -1])
             conditions[j] = _host(xp.where(low > 0, high / xp.where(low > 0, low, 1), xp.inf))   # singular: inf
             clock("conditions")
-        betas = []
-        for depth in range(splits + 1):
-            key = keys[j] if depth == 0 else f"{keys[j]}:{depth}"
-            kw = {"memory": memory, "key": key} if memory is not None else {}
-            beta, rep = lg.solve_small(As[depth], bs[depth], return_report=True, assume_symmetric=True, **solver, **kw)
-            betas.append(beta)
-            reports[j] = rep if depth == 0 else reports[j]
+        # every depth's systems in one call: one synchronization of the host (the solver's flags) per date
+        kw = {"memory": memory, "key": keys[j]} if memory is not None else {}
+        beta, rep = lg.solve_small(As[0] if splits == 0 else xp.concatenate(As),
+                                   bs[0] if splits == 0 else xp.concatenate(bs),
+                                   return_report=True, assume_symmetric=True, **solver, **kw)
+        ends = np.cumsum([B * 2 ** depth for depth in range(splits + 1)])
+        betas = [beta[e - B * 2 ** depth:e] for depth, e in enumerate(ends)]
+        reports[j] = rep if splits == 0 else _first_systems(rep, B)
         clock("solve")
+        Cs = _affine_fitted(Sj, basis_fn, h, betas) if affine else None            # every depth in one pass
         for depth, beta in enumerate(betas):
             n = 2 ** depth
             if affine:
-                C = _affine_fitted(_parts(Sj, n), basis_fn, _parts(h, n), beta)
+                C = Cs[depth]
             elif fused:
                 C = _fused_fitted(_parts(Sj, n), basis_fn, _parts(h, n), beta)
             else:
@@ -191,6 +195,13 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
                      conditions=conditions, exercised=exercised, parts=parts)
 
 
+def _first_systems(rep, n):
+    """The solver report of the first ``n`` systems of a batch (the whole sets' of a call with their parts')."""
+    arrays = ("method_code", "residual", "n_discarded", "cond_estimate", "breakdown", "ok", "nonfinite")
+    return replace(rep, **{f: getattr(rep, f)[:n] for f in arrays},
+                   start_codes=None if rep.start_codes is None else rep.start_codes[:n])
+
+
 def _parts(a, n):
     """(B, M, ...) as (B n, M / n, ...): each set's n equal parts of consecutive paths (a view where the
     strides allow)."""
@@ -198,46 +209,31 @@ def _parts(a, n):
     return a.reshape((B * n, M // n) + a.shape[2:])
 
 
-def _split_normal_equations(xp, Sj, X, basis, h, Vs, mask):
+def _split_normal_equations(xp, X, Vs, mask):
     """Per depth 0 .. s the normal equations (B 2^depth, p, p), (B 2^depth, p) of each set's 2^depth parts:
     the finest parts' Gram matrices once, the coarser ones as their means (the Gram matrix of a union of
     paths is the sum of its parts'; each A carries 1 / paths), the right-hand sides from each depth's own
     cashflows ``Vs[depth]``; a part with no regression path gets A = I, b = 0."""
     s = len(Vs) - 1
     n = 2 ** s
-    mk = None if mask is None else _parts(mask, n)
-    if X is None:
-        A_f, b_f = _affine_normal_equations(xp, _parts(Sj, n), basis, _parts(h, n), _parts(Vs[s], n), mk, empty=False)
-    else:
-        A_f, b_f = _normal_equations(xp, _parts(X, n), _parts(Vs[s], n), mk, empty=False)
-    B = h.shape[0]
+    A_f, b_f = _normal_equations(xp, _parts(X, n), _parts(Vs[s], n), None if mask is None else _parts(mask, n),
+                                 empty=False)
+    B = X.shape[0]
     As, bs = [], []
     for depth in range(s + 1):
         k = 2 ** depth
+        mk = None if mask is None else _parts(mask, k)
         if depth == s:
             A, b = A_f, b_f
         else:
             A = A_f.reshape((B * k, n // k) + A_f.shape[1:]).mean(axis=1)
-            b = _rhs(xp, _parts(Sj, k) if X is None else _parts(X, k), basis, _parts(h, k), _parts(Vs[depth], k),
-                     None if mask is None else _parts(mask, k), affine=X is None)
-        A, b = _identity_where_empty(xp, A, b, None if mask is None else _parts(mask, k))
+            Z, V = _parts(X, k), _parts(Vs[depth], k)
+            w = V if mk is None else V * mk
+            b = (w[:, None, :] @ Z)[:, 0] / Z.dtype.type(Z.shape[1])
+        A, b = _identity_where_empty(xp, A, b, mk)
         As.append(A)
         bs.append(b)
     return As, bs
-
-
-def _rhs(xp, Z, basis, h, V, mask, *, affine):
-    """b = psi^T (w V) / M per set: ``Z`` the regressors X (B, M, p), or with ``affine`` the slice S (B, M, d)
-    of psi = (1, S / scale[, h / c])."""
-    M = V.shape[1]
-    w = V if mask is None else V * mask
-    if not affine:
-        return (w[:, None, :] @ Z)[:, 0] / Z.dtype.type(M)
-    inv = xp.asarray(basis.inverse_scale(Z.shape[2]), dtype=Z.dtype)
-    cols = [w.sum(axis=1)[:, None] / Z.dtype.type(M), strided.gram(w[..., None], Z, alpha=1.0 / M)[:, 0] * inv]
-    if basis.payoff_regressor:
-        cols.append((w * basis.payoff_column(h)).sum(axis=1)[:, None] / Z.dtype.type(M))
-    return xp.concatenate(cols, axis=1)
 
 
 class StageClock:
@@ -286,17 +282,11 @@ class StageClock:
 
 
 def _normal_equations(xp, X, V, mask, empty=True):
-    """The (B, p, p) normal equations of one date; with ``empty``, a set with no regression path gets A = I,
-    b = 0."""
+    """The (B, p, p) normal equations of one date (the CPU's; the GPU's are :func:`_gram_normal_equations`); with
+    ``empty``, a set with no regression path gets A = I, b = 0."""
     B, M, p = X.shape
     Xw = X if mask is None else X * mask[..., None]                                 # (B, M, p)
     XwT = Xw.transpose(0, 2, 1)                                                     # (B, p, M)
-    if xp is not np:
-        # a contiguous copy of X^T: cuBLAS's batched products are faster with it than with the view
-        # (H100, A and b of one date, ms, view -> copy: bench_cva's 3260 x 1024 x 30 float32 2.03 -> 1.27,
-        # masked 2.51 -> 1.75, float64 2.74 -> 1.80; bench_lsm's 1 x 2^20 x 21 float32 1.33 -> 0.82, masked
-        # 1.46 -> 0.95, x 5 0.26 -> 0.23; bitwise the same A and b at bench_cva's shapes)
-        XwT = xp.ascontiguousarray(XwT)
     A = (XwT @ X) / X.dtype.type(M)                                                 # (B, p, p)
     b = (XwT @ V[..., None])[..., 0] / X.dtype.type(M)                             # (B, p)
     return _identity_where_empty(xp, A, b, mask) if empty else (A, b)
@@ -304,49 +294,48 @@ def _normal_equations(xp, X, V, mask, empty=True):
 
 def _identity_where_empty(xp, A, b, mask):
     """A = I, b = 0 for the sets with no regression path (no path in the money)."""
-    if mask is not None:
+    if mask is not None:                                  # (without asking the host whether any is empty)
         empty = ~mask.any(axis=1)                                                   # (B,)
-        if bool(_host(empty).any()):                                                # host: no CuPy reduction JIT
-            A = xp.where(empty[:, None, None], xp.eye(A.shape[1], dtype=A.dtype), A)
-            b = xp.where(empty[:, None], 0, b)
+        A = xp.where(empty[:, None, None], xp.eye(A.shape[1], dtype=A.dtype), A)
+        b = xp.where(empty[:, None], b.dtype.type(0), b)
     return A, b
 
 
-def _affine_normal_equations(xp, S, basis, h, V, mask, empty=True):
-    """:func:`_normal_equations` of the affine basis psi = (1, S / scale[, h / c]) from the slice S (B, M, d)
-    as it lies, written block by block into A and b: the x block by one strided Gram of S (cuBLAS,
-    :mod:`linalg_gpu.strided`), the rows of F = w (1, [h / c], V) against x by a second, the rest by sums of
-    F over the paths; one common scale (and 1/M) rides in the products' alpha."""
-    B, M, d = S.shape
-    dt = S.dtype.type
-    cols = [basis.payoff_column(h)] if basis.payoff_regressor else []              # h / c
-    e = 1 + len(cols)                                                              # psi's columns besides x
-    w = None if mask is None else mask.astype(S.dtype)
-    F = xp.empty((B, M, e + 1), dtype=S.dtype)
-    F[..., 0] = 1 if w is None else w
-    for i, c in enumerate([*cols, V], start=1):
-        F[..., i] = c if w is None else w * c
-    inv = basis.inverse_scale(d)
-    common = bool(np.all(inv == inv[0]))
-    A = xp.empty((B, d + e, d + e), dtype=S.dtype)
-    b = xp.empty((B, d + e), dtype=S.dtype)
-    Axx = A[:, 1:d + 1, 1:d + 1]
-    strided.gram(S if w is None else S * w[..., None], S, alpha=(inv[0] ** 2 if common else 1.0) / M, out=Axx)
-    T = strided.gram(F, S, alpha=(inv[0] if common else 1.0) / M)                 # (B, e + 1, d)
-    if not common:
-        ig = xp.asarray(inv, dtype=S.dtype)
-        Axx *= ig[:, None] * ig
-        T *= ig
-    sums = [F.sum(axis=1)] + [(c[..., None] * F).sum(axis=1) for c in cols]        # E_i^T F, (B, e + 1)
-    pos = [0, *range(d + 1, d + e)]                                                # psi's order: 1, x, h / c
-    for i, r in enumerate(pos):
-        A[:, r, 1:d + 1] = T[:, i]
-        A[:, 1:d + 1, r] = T[:, i]
-        for k, q in enumerate(pos):
-            A[:, r, q] = sums[i][:, k] / dt(M)
-        b[:, r] = sums[i][:, e] / dt(M)
-    b[:, 1:d + 1] = T[:, e]
-    return _identity_where_empty(xp, A, b, mask) if empty else (A, b)
+def _gram_normal_equations(xp, Z, basis, h, Vs, mask):
+    """Per depth 0 .. s (``Vs`` the cashflows of each depth) the normal equations (B 2^depth, p, p),
+    (B 2^depth, p) of each set's 2^depth equal parts, from one weighted Gram matrix of the finest parts' rows
+    (:func:`linalg_gpu.strided.concat_gram`: Z read as it lies, sums in a fixed order, so the same bits whatever
+    the chunk): A and b are its blocks, a coarser part's the mean of its finest parts' (the Gram matrix of a union
+    of paths is the sum of its parts'); a part with no regression path gets A = I, b = 0.
+
+    ``Z`` is the regressors X (B, M, p), rows (X, V_0, ..., V_s); or, with an affine ``basis``, the slice S
+    (B, M, d) of psi = (1, S / scale[, h / c]), rows (S, 1[, h / c], V_0, ..., V_s), without forming psi."""
+    B, M, d = Z.shape
+    s = len(Vs) - 1
+    n = 2 ** s
+    extra = [] if basis is None else [xp.ones((B, M), dtype=Z.dtype)] + (
+        [basis.payoff_column(h)] if basis.payoff_regressor else [])
+    F = xp.stack([*extra, *Vs], axis=-1)                                           # (B, M, e)
+    w = None if mask is None else _parts(mask.astype(Z.dtype), n)
+    v0 = d + len(extra)                                                            # V_0's column
+    G = strided.concat_gram(_parts(Z, n), _parts(F, n), w, alpha=n / M, rows=v0)  # (B n, v0, d + e)
+    if basis is None:
+        idx, sc = list(range(d)), None
+    else:                                                                          # psi's order: 1, x[, h / c]
+        idx = [d, *range(d), *range(d + 1, d + len(extra))]
+        sc = xp.asarray(np.concatenate([[1.0], basis.inverse_scale(d), np.ones(len(extra) - 1)]), dtype=Z.dtype)
+    Gp = G[:, idx]                                                                 # (B n, p, d + e)
+    As, bs = [], []
+    for depth in range(s + 1):
+        k = 2 ** depth
+        Gk = Gp if depth == s else Gp.reshape((B * k, n // k) + Gp.shape[1:]).mean(axis=1)
+        A, b = Gk[:, :, idx], Gk[:, :, v0 + depth]
+        if sc is not None:
+            A, b = A * (sc[:, None] * sc), b * sc
+        A, b = _identity_where_empty(xp, A, b, None if mask is None else _parts(mask, k))
+        As.append(A)
+        bs.append(b)
+    return As, bs
 
 
 def _fused_kernel(name, S, basis):
@@ -393,15 +382,24 @@ def _fused_fitted(S, basis, h, beta):
     return out
 
 
-def _affine_fitted(S, basis, h, beta):
-    """psi beta (B, M) of the affine basis from the slice S (B, M, d) as it lies."""
-    d = S.shape[2]
+def _affine_fitted(S, basis, h, betas):
+    """psi beta (B, M) of the affine basis from the slice S (B, M, d) as it lies, for each depth's coefficients
+    ``betas[depth]`` (B 2^depth, p) of the sets' 2^depth equal parts: one pass over S for all depths
+    (:func:`linalg_gpu.strided.matmul` of the finest parts with one column per depth)."""
+    B, M, d = S.shape
     xp = get_array_module(S)
+    n = 2 ** (len(betas) - 1)
     inv = xp.asarray(basis.inverse_scale(d), dtype=S.dtype)
-    C = strided.matmul(S, (beta[:, 1:d + 1] * inv)[..., None])[..., 0] + beta[:, :1]
+
+    def finest(beta):                                     # (B n, p): each finest part's coefficients
+        k = beta.shape[0] // B
+        return xp.repeat(beta.reshape(B, k, -1), n // k, axis=1).reshape(B * n, -1)
+
+    bf = xp.stack([finest(beta) for beta in betas], axis=-1)                       # (B n, p, depths)
+    C = strided.matmul(_parts(S, n), bf[:, 1:d + 1] * inv[:, None]) + bf[:, None, 0]   # (B n, M / n, depths)
     if basis.payoff_regressor:
-        C += beta[:, d + 1:] * basis.payoff_column(h)
-    return C
+        C += bf[:, None, d + 1] * basis.payoff_column(_parts(h, n))[..., None]
+    return [C[..., i].reshape(B, M) for i in range(len(betas))]
 
 
 def apply_policy(S, times, coefficients, payoff_fn, basis_fn, rate, *, t0=0.0):
@@ -420,7 +418,7 @@ def apply_policy(S, times, coefficients, payoff_fn, basis_fn, rate, *, t0=0.0):
         V = V * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
         Sj = S[:, :, j].astype(coefficients[j].dtype, copy=False)                   # the regression's dtype
         h = payoff_fn(Sj)
-        C = (_affine_fitted(Sj, basis_fn, h, coefficients[j]) if affine
+        C = (_affine_fitted(Sj, basis_fn, h, [coefficients[j]])[0] if affine
              else (basis_fn(Sj, h) @ coefficients[j][..., None])[..., 0])
         V = xp.where((h > 0) & (h >= C), h.astype(S.dtype, copy=False), V)
     return V * S.dtype.type(np.exp(-rate * (times[0] - t0)))

@@ -141,20 +141,26 @@ class SolverMemory:
         return "ldlt"
 
     def record(self, key, report):
-        """Remember what the systems of ``report`` needed under ``key`` (on the host: the codes and the
-        discarded counts come over once; a per-system memory keeps its codes as a numpy array)."""
+        """Remember what the systems of ``report`` needed under ``key``: a per-system memory keeps its codes
+        where the report's are (on the GPU without a transfer, which would stop the host until the solve is
+        done; the counts of :meth:`summary` are read when asked for); a batch memory counts them on the host."""
+        if self.per_system:
+            xp = get_array_module(report.method_code)
+            code, nd = report.method_code.ravel(), report.n_discarded.ravel()
+            eig = code == 2                                  # a system started on the eigen-solve needed it
+            start = report.start_codes                       # only if it discarded eigenvalues
+            need = eig & ((start < 2) | (nd > 0)) if start is not None else eig
+            self._last[key] = {"start": report.start_method, "code": code,
+                               "start_codes": xp.where(need, 2, xp.where(code == 1, 1, 0)).astype(np.int8)}
+            return
         code = _host(report.method_code).ravel()
         nd = _host(report.n_discarded).ravel()
         eig = code == 2
         needed_eig = eig & (nd > 0) if report.start_method == "eig_truncate" else eig
         needed_fb = needed_eig | (code == 1)
-        rec = {"systems": int((code < 3).sum()), "needed_eig": int(needed_eig.sum()),
-               "needed_fallback": int(needed_fb.sum()), "start": report.start_method, "counts": _counts(code)}
-        if self.per_system:                                  # a system started on the eigen-solve needed it
-            start = report.start_codes                       # only if it discarded eigenvalues
-            need = eig & ((start < 2) | (nd > 0)) if start is not None else eig
-            rec["start_codes"] = np.where(need, 2, np.where(code == 1, 1, 0)).astype(np.int8)
-        self._last[key] = rec
+        self._last[key] = {"systems": int((code < 3).sum()), "needed_eig": int(needed_eig.sum()),
+                           "needed_fallback": int(needed_fb.sum()), "start": report.start_method,
+                           "counts": _counts(code)}
 
     def summary(self):
         """{key: {"start": first stage used last time, "next": next start, "counts": ...}}."""
@@ -164,7 +170,8 @@ class SolverMemory:
                 return st
             codes = np.bincount(_host(st).ravel(), minlength=3)
             return {nm: int(c) for nm, c in zip(STAGES, codes, strict=False)}
-        return {k: {"start": v["start"], "next": nxt(k), "counts": v["counts"]} for k, v in self._last.items()}
+        return {k: {"start": v["start"], "next": nxt(k), "counts": v["counts"] if "counts" in v
+                    else _counts(_host(v["code"]))} for k, v in self._last.items()}
 
     def __contains__(self, key):
         return key in self._last
@@ -313,7 +320,7 @@ def _later_stages(xp, stages, Af, bf, symmetrize, cond_max, rtol, todo, start_co
     residual is <= rtol (the last stage: all) are scattered into ``out``, the rest go on. With
     per-system ``start_codes`` a system waits for the stage its code names. The index bookkeeping is on
     the host: one transfer of the accept flags per stage but the last, none per system."""
-    wait = start_codes[todo] if start_codes is not None else np.zeros(todo.size, np.int8)
+    wait = to_host(start_codes)[todo] if start_codes is not None else np.zeros(todo.size, np.int8)
     scatter = _gpu.scatter_stage if xp is not np else scatter_stage
     n = Af.shape[-1]
     for stage in stages[1:]:

@@ -8,9 +8,9 @@ cp = pytest.importorskip("cupy")
 from cva.engine import basis  # noqa: E402
 from cva.engine.lsm import (  # noqa: E402
     _affine_fitted,
-    _affine_normal_equations,
     _fused_fitted,
     _fused_normal_equations,
+    _gram_normal_equations,
     _normal_equations,
     apply_policy,
     longstaff_schwartz,
@@ -54,7 +54,7 @@ def test_paths_and_lsm_gpu_match_cpu(dtype, affine):
 @pytest.mark.parametrize("shape", [(5, 3000, 7), (1, 1 << 16, 5)])
 @pytest.mark.parametrize("masked", [False, True])
 def test_normal_equations_gpu_match_float64_reference(rng, dtype, shape, masked):
-    """The GPU's normal equations (a contiguous copy of X^T into cuBLAS) against float64 sums on the CPU;
+    """The GPU's normal equations of formed regressors (one fixed-order Gram of (X, V)) against float64 sums on the CPU;
     with several sets, the first has no path in the money (A = I, b = 0)."""
     B, M, p = shape
     g = rng                                                    # tests/conftest.py: a fixed seed per test
@@ -64,8 +64,8 @@ def test_normal_equations_gpu_match_float64_reference(rng, dtype, shape, masked)
     empty = masked and B > 1                                   # (one set: its masked products are the test)
     if empty:
         mask[0] = False
-    A, b = (cp.asnumpy(a) for a in _normal_equations(cp, cp.asarray(X), cp.asarray(V),
-                                                     None if mask is None else cp.asarray(mask)))
+    (A,), (b,) = ([cp.asnumpy(a) for a in xs] for xs in _gram_normal_equations(
+        cp, cp.asarray(X), None, None, [cp.asarray(V)], None if mask is None else cp.asarray(mask)))
     w = np.ones((B, M)) if mask is None else mask.astype(float)
     A_ref = np.einsum("bm,bmi,bmj->bij", w, X.astype(float), X.astype(float)) / M
     b_ref = np.einsum("bm,bmi,bm->bi", w, X.astype(float), V.astype(float)) / M
@@ -85,9 +85,9 @@ SLICES = [lambda S: S[:, :, 2], lambda S: S[2:3, :, 1], lambda S: S[:, ::2, 3], 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_strided_products_match_numpy(rng, dtype):
-    """linalg_gpu.strided (cuBLAS on the slices as they lie) against numpy's matmul in float64, for
-    shared and per-set right operands, Gram matrices of a slice with itself and with another array,
-    and operands that fall back to cupy's matmul (reversed rows, a 2-D left operand)."""
+    """linalg_gpu.strided (our kernels, or cuBLAS beyond four columns, on the slices as they lie) against numpy's
+    matmul in float64, for shared and per-set right operands, weighted Gram matrices of a slice with further
+    columns, and operands that fall back to cupy's matmul (reversed rows, a 2-D left operand)."""
     g = rng                                                    # tests/conftest.py: a fixed seed per test
     eps = np.finfo(dtype).eps
     S = g.standard_normal((5, 700, 4, 6)).astype(dtype)
@@ -96,22 +96,40 @@ def test_strided_products_match_numpy(rng, dtype):
         a, ag = take(S).astype(float), take(Sg)
         B, M, k = a.shape
         for b in (g.standard_normal(k), g.standard_normal((k, 3)), g.standard_normal((B, k, 1)),
-                  g.standard_normal((B, k, 2))):
+                  g.standard_normal((B, k, 2)), g.standard_normal((B, k, 4)), g.standard_normal((B, k, 7))):
             b = b.astype(dtype)
             _assert_sums_close(strided.matmul(ag, cp.asarray(b)), a @ b, np.abs(a) @ np.abs(b), k, eps)
-        c = g.standard_normal((B, M, 3)).astype(dtype)
-        aT = a.transpose(0, 2, 1)
-        _assert_sums_close(strided.gram(ag, cp.asarray(c)), aT @ c, np.abs(aT) @ np.abs(c), M, eps)
-        _assert_sums_close(strided.gram(ag, ag), aT @ a, np.abs(aT) @ np.abs(a), M, eps)
-        Z = cp.zeros((B, k + 2, 6), dtype=dtype)                          # into a block, scaled
-        strided.gram(ag, cp.asarray(c), alpha=0.25, out=Z[:, 1:k + 1, 2:5])
-        _assert_sums_close(Z[:, 1:k + 1, 2:5], 0.25 * aT @ c, 0.25 * np.abs(aT) @ np.abs(c), M, eps)
-        Z[:, 1:k + 1, 2:5] = 0
-        assert not Z.any()
+        f = g.standard_normal((B, M, 3)).astype(dtype)
+        w = (g.uniform(size=(B, M)) < 0.6).astype(dtype)
+        for ff, ww in ((None, None), (f, None), (f, w), (None, w)):
+            z = a if ff is None else np.concatenate([a, ff.astype(float)], axis=2)
+            zw = z if ww is None else z * ww[..., None]
+            G = strided.concat_gram(ag, None if ff is None else cp.asarray(ff), None if ww is None else cp.asarray(ww),
+                                    alpha=0.25)
+            zT = zw.transpose(0, 2, 1)
+            _assert_sums_close(G, 0.25 * zT @ z, 0.25 * np.abs(zT) @ np.abs(z), M, eps)
+            top = strided.concat_gram(ag, None if ff is None else cp.asarray(ff),
+                                      None if ww is None else cp.asarray(ww), alpha=0.25, rows=k)
+            assert bool((top == G[:, :k]).all())                          # the first rows alone: the same bits
     w = g.standard_normal(6).astype(dtype)
     for a, ag in ((S[:, ::-1, 0], Sg[:, ::-1, 0]), (S[0, :, 0], Sg[0, :, 0])):    # cupy's matmul
         a = a.astype(float)
         _assert_sums_close(strided.matmul(ag, cp.asarray(w)), a @ w, np.abs(a) @ np.abs(w), 6, eps)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [31, 70])
+def test_concat_gram_does_not_depend_on_the_batch(rng, dtype, n):
+    """strided.concat_gram of a date's strided slice with further columns and weights (more than one 32 x 32 tile
+    at n = 70): the first B sets of a batch of 2B give bitwise what the B sets give alone."""
+    B, M, d = 300, 1000, n - 3
+    S = cp.asarray(rng.standard_normal((2 * B, M, 3, d))).astype(dtype)
+    f = cp.asarray(rng.standard_normal((2 * B, M, 3))).astype(dtype)
+    w = cp.asarray(rng.uniform(size=(2 * B, M)) < 0.5).astype(dtype)
+    full = strided.concat_gram(S[:, :, 1], f, w, alpha=1e-3)[:B]
+    alone = strided.concat_gram(S[:B, :, 1], f[:B], w[:B], alpha=1e-3)
+    assert full.shape == (B, n, n) and bool((full == alone).all())
+    assert bool((strided.concat_gram(S[:B, :, 1], f[:B], w[:B], alpha=1e-3, rows=d) == full[:, :d]).all())
 
 
 def _assert_sums_close(x, ref, size, n, eps):
@@ -125,8 +143,8 @@ def _assert_sums_close(x, ref, size, n, eps):
 @pytest.mark.parametrize("payoff_regressor", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("one_scale", [False, True])
-def test_affine_normal_equations_gpu_match_float64_reference(rng, dtype, payoff_regressor, masked, one_scale):
-    """The LSM's GPU assembly for the affine basis (strided cuBLAS products, no psi formed) against the
+def test_gram_normal_equations_affine_gpu_match_float64_reference(rng, dtype, payoff_regressor, masked, one_scale):
+    """The LSM's GPU assembly for the affine basis (our strided products, no psi formed) against the
     normal equations of the formed psi in float64 on the CPU, and its fitted values against psi beta;
     set 0 has no path in the money."""
     g = rng                                                    # tests/conftest.py: a fixed seed per test
@@ -139,8 +157,8 @@ def test_affine_normal_equations_gpu_match_float64_reference(rng, dtype, payoff_
     V = g.standard_normal((B, M))
     mask = h > 0 if masked else None
     Sg = cp.asarray(S.astype(dtype))
-    A, b = (cp.asnumpy(x) for x in _affine_normal_equations(
-        cp, Sg[:, :, 2], psi, cp.asarray(h.astype(dtype)), cp.asarray(V.astype(dtype)),
+    (A,), (b,) = ([cp.asnumpy(x) for x in xs] for xs in _gram_normal_equations(
+        cp, Sg[:, :, 2], psi, cp.asarray(h.astype(dtype)), [cp.asarray(V.astype(dtype))],
         None if mask is None else cp.asarray(mask)))
     Sj = S.astype(dtype).astype(float)[:, :, 2]
     A_ref, b_ref = _normal_equations(np, psi(Sj, h.astype(dtype).astype(float)), V.astype(dtype).astype(float), mask)
@@ -148,7 +166,7 @@ def test_affine_normal_equations_gpu_match_float64_reference(rng, dtype, payoff_
     np.testing.assert_allclose(A, A_ref, atol=tol)
     np.testing.assert_allclose(b, b_ref, atol=tol)
     beta = g.standard_normal((B, A.shape[1])).astype(dtype)
-    C = cp.asnumpy(_affine_fitted(Sg[:, :, 2], psi, cp.asarray(h.astype(dtype)), cp.asarray(beta)))
+    C = cp.asnumpy(_affine_fitted(Sg[:, :, 2], psi, cp.asarray(h.astype(dtype)), [cp.asarray(beta)])[0])
     C_ref = (psi(Sj, h.astype(dtype).astype(float)) @ beta.astype(float)[..., None])[..., 0]
     np.testing.assert_allclose(C, C_ref, atol=8 * np.sqrt(d) * np.finfo(dtype).eps * np.abs(beta).sum(axis=1).max())
 
@@ -236,7 +254,7 @@ def test_factor_model_paths_on_the_gpu_are_the_numpy_ones(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(2048, 128, 4), (1024, 1024, 30), (300, 7, 1)])
+@pytest.mark.parametrize("shape", [(2048, 128, 4), (1024, 1024, 30), (300, 7, 1), (200, 100, 70)])
 def test_matrix_vector_products_do_not_depend_on_the_batch(rng, dtype, shape):
     """strided.matmul of a vector per set: the first B sets of a batch of 2B give bitwise what the B sets give
     alone (cuBLAS's batched GEMV did not at 2048 x 128 x 4), on contiguous sets and on a date's strided slice,

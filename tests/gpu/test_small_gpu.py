@@ -428,8 +428,9 @@ def test_scatter_stage_matches_numpy_twin(rng, count, dtype):
 
 
 def test_per_system_memory_on_gpu_matches_cpu_and_composition(rng):
-    """SolverMemory(per_system=True) on the GPU (as the nested CVA engine uses it): the codes it keeps are
-    host arrays, a system's start and result depend only on its own history (two halves with two
+    """SolverMemory(per_system=True) on the GPU (as the nested CVA engine uses it): the codes it keeps stay
+    on the device (no transfer stops the host), a system's start and result depend only on its own history (two
+    halves with two
     memories give what one memory gives for the whole batch), and the well-conditioned half is solved
     by LDL^T and starts there next time, as on the CPU, while the half of rank 3 needs a fallback on both.
     (Which fallback accepts a singular system depends on rounding: a huge x from Householder + PCR can
@@ -453,9 +454,10 @@ def test_per_system_memory_on_gpu_matches_cpu_and_composition(rng):
             assert (r.method[::2] == "ldlt").all() and (r.method[1::2] != "ldlt").all()
         assert np.abs(xw.get() - xc)[::2].max() <= 1e-10 * np.abs(xc[::2]).max()
         assert bool(rw.ok.all()) and (rw.residual.get()[::2] <= rw.rtol).all()
-    for codes in (whole.start_method("k"), cpu.start_method("k")):
-        assert isinstance(codes, np.ndarray) and codes.dtype == np.int8
-        assert np.all(codes[::2] == 0) and np.all(codes[1::2] >= 1)
+    assert isinstance(whole.start_method("k"), cp.ndarray) and isinstance(cpu.start_method("k"), np.ndarray)
+    for codes in (whole.start_method("k").get(), cpu.start_method("k")):
+        assert codes.dtype == np.int8 and np.all(codes[::2] == 0) and np.all(codes[1::2] >= 1)
+    assert whole.summary()["k"]["counts"] == rw.counts() and cpu.summary()["k"]["counts"] == rc.counts()
 
 
 @pytest.mark.parametrize("method", ["ldlt", "householder_pcr", "eig_truncate"])
