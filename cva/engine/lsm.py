@@ -294,8 +294,10 @@ def _normal_equations(xp, X, V, mask, empty=True):
 
 def _identity_where_empty(xp, A, b, mask):
     """A = I, b = 0 for the sets with no regression path (no path in the money)."""
-    if mask is not None:                                  # (without asking the host whether any is empty)
-        empty = ~mask.any(axis=1)                                                   # (B,)
+    if mask is None:
+        return A, b
+    empty = ~mask.any(axis=1)                                                       # (B,)
+    if xp is not np or empty.any():                       # (the GPU's host does not ask: a stop of the queue)
         A = xp.where(empty[:, None, None], xp.eye(A.shape[1], dtype=A.dtype), A)
         b = xp.where(empty[:, None], b.dtype.type(0), b)
     return A, b
