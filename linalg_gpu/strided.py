@@ -10,7 +10,9 @@ instead, so the slice is read where it lies. On numpy arrays both functions are 
 payoff, normal equations and continuation values 3.26 -> 1.46 (float64, 1630 sets: 2.45 -> 1.10).
 Products with a few vectors and the Gram matrices of the regressions have since gone to kernels of our own
 (``cuda/strided_gemv.cu``, ``cuda/strided_gram.cu``), whose sums have a fixed order: cuBLAS's choice of kernel
-by batch count made the values depend on the chunk size.
+by batch count made the values depend on the chunk size. On the H100, :func:`concat_gram` of 8192 strided sets of
+512 paths (d = 29 and three further columns, float32) took 1.05 ms, cupy's batched X^T X of the same sets made
+contiguous 2.60 ms.
 """
 
 from __future__ import annotations
