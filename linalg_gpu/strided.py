@@ -57,15 +57,12 @@ def _gemm(dtype, ta, tb, m, n, k, A, lda, sA, B, ldb, sB, C, ldc, sC, batch, alp
         cublas.setPointerMode(h, mode)
 
 
-def _strided_rows(xp, *arrays):
-    """(leading dimension, batch stride) of each 3-D array, if cuBLAS can take them all as they lie:
-    cupy arrays of one float dtype, none empty; else None (numpy's matmul, or cupy's, does the work)."""
-    dt = arrays[0].dtype
-    if (xp is np or dt not in (np.float32, np.float64)
-            or any(x.ndim != 3 or x.dtype != dt or x.size == 0 for x in arrays)):
+def _strided_rows(xp, a):
+    """(leading dimension, batch stride) of the 3-D array ``a`` if our kernels (or cuBLAS) can read it as it lies:
+    a non-empty cupy float32 or float64 array; else None (numpy's matmul, or cupy's, does the work)."""
+    if xp is np or a.dtype not in (np.float32, np.float64) or a.ndim != 3 or a.size == 0:
         return None
-    rows = [_rows(x) for x in arrays]
-    return None if None in rows else rows
+    return _rows(a)
 
 
 def matmul(a, b):
@@ -83,7 +80,7 @@ def matmul(a, b):
     from cupy.cuda import cublas
 
     B, M, k = a.shape
-    (lda, sa), = rows
+    lda, sa = rows
     n = 1 if b.ndim == 1 else b.shape[-1]
     bc = xp.ascontiguousarray(b)
     sb = k * n if b.ndim == 3 else 0
@@ -121,13 +118,14 @@ def concat_gram(s, f=None, weights=None, *, alpha=1.0, rows=None):
     rows = n if rows is None else int(rows)
     if not 0 < rows <= n:
         raise ValueError(f"rows must be in 1 .. {n}, got {rows}")
-    if xp is np or _rows(s) is None or B == 0 or M == 0:
+    strides = _strided_rows(xp, s)
+    if strides is None:
         z = s if f is None else xp.concatenate([s, f.astype(s.dtype, copy=False)], axis=2)
         zw = z if weights is None else z * weights.astype(s.dtype, copy=False)[..., None]
         return (zw[..., :rows].transpose(0, 2, 1) @ z) * s.dtype.type(alpha)
     from ._kernels import get_function
 
-    lds, ss = _rows(s)
+    lds, ss = strides
     out = xp.empty((B, rows, n), dtype=s.dtype)
     fc = None if f is None else xp.ascontiguousarray(f, dtype=s.dtype)
     wc = None if weights is None else xp.ascontiguousarray(weights, dtype=s.dtype)

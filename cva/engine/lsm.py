@@ -166,8 +166,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         beta, rep = lg.solve_small(As[0] if splits == 0 else xp.concatenate(As),
                                    bs[0] if splits == 0 else xp.concatenate(bs),
                                    return_report=True, assume_symmetric=True, **solver, **kw)
-        ends = np.cumsum([B * 2 ** depth for depth in range(splits + 1)])
-        betas = [beta[e - B * 2 ** depth:e] for depth, e in enumerate(ends)]
+        betas = xp.split(beta, [B * (2 ** depth - 1) for depth in range(1, splits + 1)])   # per depth
         reports[j] = rep if splits == 0 else _first_systems(rep, B)
         clock("solve")
         Cs = _affine_fitted(Sj, basis_fn, h, betas) if affine else None            # every depth in one pass
@@ -321,8 +320,8 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask):
     w = None if mask is None else _parts(mask.astype(Z.dtype), n)
     v0 = d + len(extra)                                                            # V_0's column
     G = strided.concat_gram(_parts(Z, n), _parts(F, n), w, alpha=n / M, rows=v0)  # (B n, v0, d + e)
-    if basis is None:
-        idx, sc = list(range(d)), None
+    if basis is None:                                                              # X's columns as they are
+        idx, sc = slice(0, d), None
     else:                                                                          # psi's order: 1, x[, h / c]
         idx = [d, *range(d), *range(d + 1, d + len(extra))]
         sc = xp.asarray(np.concatenate([[1.0], basis.inverse_scale(d), np.ones(len(extra) - 1)]), dtype=Z.dtype)
