@@ -34,7 +34,7 @@ from cva.xva.control import european_twin
 from cva.xva.credit import Counterparty, shifted
 from cva.xva.desk import Book
 from cva.xva.measures import cva_allocations, cva_functional
-from cva.xva.sensitivities import sensitivities
+from cva.xva.sensitivities import BumpedDesk, sensitivities
 
 
 def _progress(total, initial, enabled):
@@ -125,9 +125,13 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         bar = _progress(None, 0, progress)
         quantities, order = [c.quantity for c in plan.contracts], netting_order(plan)
         own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
+        aggregate = bumped = None
         if cfg.is_desk:
-            book = Book(cfg, plan, credits)
-            values = book.values()                                          # (sets, N, netting sets, K)
+            book = Book(cfg, plan, credits, model, own)
+            aggregate, values = book.aggregate, book.netted                 # (sets, N, netting sets, K)
+            if cfg.sensitivities is not None:                               # bumped markets in every chunk
+                bumped = BumpedDesk(cfg, plan, model, book, own)
+                aggregate = bumped.aggregate
             g = book.cva_functional(model, own)
         else:
             counterparty = credits["counterparty"]
@@ -137,7 +141,8 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 return net_of_collateral(net(cube, quantities, order), plan, cfg.csa)
 
         try:
-            lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume, executor)
+            lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume, executor,
+                        aggregate)
             sample_levels(cfg, lv, g, log, values)
         finally:
             if bar is not None:
@@ -157,8 +162,11 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 return lambda X: sum(g(X[..., j, :]) for j in which)
 
             floors = {name: float(np.min(cp.curve.rates)) for name, cp in credits.items()}
-            sens = sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, cfg.is_desk, log,
-                                 client)
+            if bumped is not None:
+                sens = bumped.result(lv.levels(), netted, lambda name, shift: functional(cfg, model, name, shift),
+                                     floors)
+            else:
+                sens = sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, log, client)
         if cfg.is_desk:
             log(f"pricing the {len(plan.contracts)} trades at t = 0 ({cfg.simulation.pricing_paths} paths each)")
             prices = price(cfg, backend="cpu" if xp is np else "gpu")

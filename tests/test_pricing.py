@@ -102,3 +102,21 @@ def test_degenerate_two_asset_market_has_no_closed_form():
     cfg["market"].update(vol=[0.2, 0.2], correlation=1.0)
     df = cva.price(cfg)
     assert np.isnan(df["closed_form"][0]) and np.isfinite(df["price"][0])
+
+
+def test_a_bermudan_on_one_asset_of_several_against_quantlib():
+    """A Bermudan put on asset 1 of a correlated 2-asset market regresses on its own asset alone: its price is
+    QuantLib's one-asset Bermudan (finite differences), in and out of sample."""
+    from test_lsm import ql_bermudan_put
+
+    port = [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 1}, "strike": 95.0, "maturity": 1.0,
+             "exercise_dates": 4}]
+    cfg = {"run": {"seed": 8, "backend": "cpu"}, "market": {"spot": [100.0, 90.0], "vol": [0.25, 0.35], "rate": 0.04,
+                                                            "correlation": 0.4},
+           "portfolio": port, "simulation": {"pricing_paths": 100_000}}
+    df = cva.price(cfg, out_of_sample=True)
+    ref = ql_bermudan_put(90.0, 95.0, 0.04, 0.35, 1.0, 4)
+    row = df.iloc[0]
+    assert abs(row["price"] - ref) < 4 * row["stderr"] + 0.02, (row["price"], row["stderr"], ref)
+    assert row["price_oos"] < ref + 4 * row["stderr_oos"]
+    assert row["price_oos"] > ref - 4 * row["stderr_oos"] - 0.05

@@ -87,10 +87,11 @@ def _setup(config_json, backend):
     return cfg, build_plan(cfg), BlackScholes.from_market(cfg.market), xp
 
 
-def chunk_task(config_json, backend, l0, Lc, inner_paths, splits, cond_sample):
-    """One chunk on a worker, :func:`cva.engine.nested.timed_chunk` (``l0`` the chunk's first outer key)."""
+def chunk_task(config_json, backend, l0, Lc, inner_paths, splits, cond_sample, aggregate=None):
+    """One chunk on a worker, :func:`cva.engine.nested.timed_chunk` (``l0`` the chunk's first outer key;
+    ``aggregate`` reduces the cube on the worker, so only its result travels)."""
     cfg, plan, model, xp = _setup(config_json, backend)
-    return timed_chunk(cfg, plan, model, xp, l0, Lc, inner_paths, splits, cond_sample)
+    return timed_chunk(cfg, plan, model, xp, l0, Lc, inner_paths, splits, cond_sample, aggregate)
 
 
 class Executor:
@@ -104,9 +105,9 @@ class Executor:
         self.config_json = json.dumps(cfg.to_dict(), sort_keys=True)
         self.run_key = uuid.uuid4().hex[:12]
 
-    def submit(self, li, i, l0, Lc, inner_paths, splits, cond_sample):
+    def submit(self, li, i, l0, Lc, inner_paths, splits, cond_sample, aggregate=None):
         return self.client.submit(chunk_task, self.config_json, self.backend, l0, Lc, inner_paths, splits,
-                                  cond_sample, key=f"cva-chunk-{self.run_key}-{li}-{i}-{l0}", pure=False,
+                                  cond_sample, aggregate, key=f"cva-chunk-{self.run_key}-{li}-{i}-{l0}", pure=False,
                                   retries=self.RETRIES)
 
     def completed(self, futures):

@@ -39,7 +39,7 @@ from linalg_gpu._backend import get_array_module
 from linalg_gpu._backend import to_host as _host
 
 STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions", "solve", "exercise", "statistics",
-          "io")
+          "aggregation", "io")
 COND_SAMPLE = 256          # outer paths (the first, whatever the chunking) whose regression matrices' condition
                            # numbers are computed per (contract, date) (cuSOLVER's syevj on 256 matrices per call
                            # was ~40% of the assembly stage when done in every chunk of bench_cva on an H100)
@@ -93,13 +93,17 @@ class DateStats:
             self.design[g].extend(rows)
 
 
-def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=None, splits=0, cond_sample=0):
+def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=None, splits=0, cond_sample=0,
+                 aggregate=None):
     """The value cube on outer paths l0 .. l0 + Lc - 1 (keys of :mod:`cva.market.rng`; host, float64): the array
     (2^(splits + 1) - 1, Lc, C, K) of each contract's value (one unit, 0 once exercised or matured) at each
     exposure date, from ``inner_paths`` inner paths (default the plan's), then from each half of the same
     inner paths, each quarter, ... (``splits`` times halved; the antithetic multilevel corrections of
     :mod:`cva.engine.estimators`), each with its own exercise decisions. Netting is done on the cube
-    (:func:`cva.engine.plan.net`), as ORE's aggregation of its NPV cube.
+    (:func:`cva.engine.plan.net`), as ORE's aggregation of its NPV cube; ``aggregate(cube, revalue)`` (e.g.
+    :meth:`cva.xva.desk.Book.aggregate`) does it on the device where the cube was computed, before it leaves,
+    and its result is returned instead; ``revalue(plan, model)`` gives it the cube of the same chunk for other
+    contracts or another market (the bumped markets of :mod:`cva.xva.sensitivities`).
 
     The solver memory is per system (``SolverMemory(per_system=True)``) and keyed by contract and
     regression date: each outer path's regression at exercise date t_j starts, at the next
@@ -107,11 +111,30 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     Per path, it is path-local history, so the values do not depend on the chunking. ``stats`` gets the
     regressions of the whole inner set, with the condition numbers of the first ``cond_sample`` paths.
     """
-    dtype = np.dtype(cfg.run.dtype)
-    sim, seed = cfg.simulation, cfg.run.seed
     M = plan.inner_paths if inner_paths is None else int(inner_paths)
     if M % 2 ** splits or M // 2 ** splits < 2:
         raise ValueError(f"{M} inner paths cannot be split {splits} times into equal parts of >= 2 paths")
+    V = _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample)
+    clock = StageClock(xp, timings)
+    if aggregate is not None:
+        def revalue(p, m):                       # the same chunk, a plan's contracts in the market m (on the device)
+            clock("aggregation")
+            cube = _cube(cfg, p, m, xp, l0, Lc, DateStats(len(p.grid)), timings, M, splits, 0)
+            clock.skip()                                                   # booked by the cube's own clock
+            return cube
+
+        V = aggregate(V, revalue)
+        clock("aggregation")
+    V = _host(V)
+    clock("io")                                                                        # (to the host)
+    clock.flush()
+    return V
+
+
+def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
+    """:func:`chunk_values`' value cube, on the device of ``xp``."""
+    dtype = np.dtype(cfg.run.dtype)
+    sim, seed = cfg.simulation, cfg.run.seed
     solver = {"method": cfg.regression.method, "cond_max": cfg.regression.cond_max, "rtol": cfg.regression.rtol}
     rdt = cfg.regression_dtype()
     G, K = len(plan.grid), len(plan.value_index)
@@ -204,8 +227,6 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
         for (g, j, _), r in zip(designs, rows, strict=True):
             stats.add_design(g, [(j, r)])
         clock("statistics")
-    V = _host(V)
-    clock("io")                                                                        # (to the host)
     clock.flush()
     return V
 
@@ -218,13 +239,13 @@ def outer_paths(cfg, plan, model, key0, n, xp=np):
                         outer=(key0, n), outer_antithetic=cfg.simulation.outer_antithetic)[:, 0]
 
 
-def timed_chunk(cfg, plan, model, xp, key0, Lc, inner_paths, splits, cond_sample):
+def timed_chunk(cfg, plan, model, xp, key0, Lc, inner_paths, splits, cond_sample, aggregate=None):
     """:func:`chunk_values` of the outer keys key0 .. key0 + Lc - 1 with its own statistics and stage times:
     (values, stats as JSON data, timings, seconds), as a run keeps a chunk (here or on a cluster worker)."""
     t0 = time.perf_counter()
     stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
     values = chunk_values(cfg, plan, model, xp, key0, Lc, stats, timings, inner_paths=inner_paths, splits=splits,
-                          cond_sample=cond_sample)
+                          cond_sample=cond_sample, aggregate=aggregate)
     return values, stats.to_json(), timings, time.perf_counter() - t0
 
 
@@ -283,8 +304,9 @@ class Levels:
     """
 
     def __init__(self, cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume,
-                 executor=None):
+                 executor=None, aggregate=None):
         self.cfg, self.plan, self.model, self.xp, self.executor = cfg, plan, model, xp, executor
+        self.aggregate = aggregate                      # applied to each chunk's cube (:func:`chunk_values`)
         self.out_dir, self.hash, self.chunk = out_dir, manifest["config_hash"], chunk
         self.stats, self.timings, self.log, self.bar = stats, timings, log, bar
         self.specs = level_specs(cfg)
@@ -358,7 +380,7 @@ class Levels:
         M, splits = self.specs[li]
         try:
             out = timed_chunk(self.cfg, self.plan, self.model, self.xp, li * MLMC_LEVEL_PATHS + l0, Lc, M, splits,
-                              self._cond_sample(li, l0))
+                              self._cond_sample(li, l0), self.aggregate)
         except MemoryError as exc:
             need = bytes_per_outer_path(self.plan, self.model.d, np.dtype(self.cfg.run.dtype).itemsize) * Lc / 2**30
             fix = "simulation.inner_paths" + ("" if Lc <= 2 else " or the chunk (--chunk, simulation.chunk)")
@@ -384,8 +406,8 @@ class Levels:
         """The chunks ``todo`` [(index, l0, Lc)] as cluster tasks: each saved as it finishes (a resume takes the
         finished prefix), returned by index; an interrupt cancels the rest."""
         M, splits = self.specs[li]
-        futures = {self.executor.submit(li, i, li * MLMC_LEVEL_PATHS + l0, Lc, M, splits, self._cond_sample(li, l0)):
-                   (i, l0, Lc) for i, l0, Lc in todo}
+        futures = {self.executor.submit(li, i, li * MLMC_LEVEL_PATHS + l0, Lc, M, splits, self._cond_sample(li, l0),
+                                        self.aggregate): (i, l0, Lc) for i, l0, Lc in todo}
         done = {}
         try:
             for future, (values, stats, timings, seconds) in self.executor.completed(list(futures)):
@@ -408,7 +430,8 @@ class Levels:
             self.log(line)
 
     def levels(self, values=None) -> list[Level]:
-        """The levels so far; with ``values``, each level's sets mapped by it (the value cube to the netted values).
+        """The levels so far; with ``values``, each level's sets mapped by it (the chunks' values, the value cube or
+        its aggregate, to the netted values).
         A level's chunks are joined once and kept joined (the cube is not copied again by the next call)."""
         out = []
         for li, (m, splits) in enumerate(self.specs):

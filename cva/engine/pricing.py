@@ -3,7 +3,8 @@
 Every contract is simulated on its own exercise grid from keyed normals (purpose "price"),
 so the contracts of one file share their random numbers (common random numbers). European
 contracts are the discounted mean payoff and come with their closed form where one exists
-(:mod:`cva.instruments.analytic`); Bermudan and American ones use :func:`cva.engine.lsm.longstaff_schwartz`.
+(:mod:`cva.instruments.analytic`); Bermudan and American ones use :func:`cva.engine.lsm.longstaff_schwartz`, a
+contract on one asset of a market of several regressing on its own asset alone (its price is a function of it).
 With ``out_of_sample`` the estimated exercise policy is also applied to a second,
 independent path set (purpose "price_eval"), a low-biased estimate (LS 2001, section 3).
 """
@@ -11,6 +12,7 @@ independent path set (purpose "price_eval"), a low-biased estimate (LS 2001, sec
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -68,14 +70,20 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
         if drawn.get("grid") is None or not np.array_equal(drawn["grid"], grid):
             drawn = {"grid": grid, "price": model.sample(grid, M, purpose="price", **draw)}     # (1, M, N, d)
         S = drawn["price"]
-        basis_fn = basis.make_basis(sim.basis, model.spot, sim.payoff_regressor, contract.symmetric_in_assets)
+        assets, payoff = slice(None), contract.payoff_value
+        if contract.underlying == "asset" and model.d > 1 and not contract.is_european:
+            a = contract.asset                              # Markov in its own asset: regress on it alone
+            assets, payoff = slice(a, a + 1), replace(contract, asset=0).payoff_value
+            basis_fn = basis.make_basis(sim.basis, model.spot[assets], sim.payoff_regressor, False)
+        else:
+            basis_fn = basis.make_basis(sim.basis, model.spot, sim.payoff_regressor, contract.symmetric_in_assets)
 
         row = {"contract": contract.name, "style": contract.style, "quantity": contract.quantity}
         if contract.is_european:
             cash = contract.payoff_value(S[:, :, -1]) * dtype.type(np.exp(-model.rate * contract.maturity))
             policy = None
         else:
-            res = longstaff_schwartz(S, times, contract.payoff_value, basis_fn, model.rate, solver=solver,
+            res = longstaff_schwartz(S[..., assets], times, payoff, basis_fn, model.rate, solver=solver,
                                      itm_only=sim.itm_only, regression_dtype=rdt)
             cash, policy = res.cashflow, res.coefficients
             solver_stats[contract.name] = {"exercised": res.exercised.tolist(), "dates": report_summary(res.reports)}
@@ -90,7 +98,7 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
                 if "price_eval" not in drawn:
                     drawn["price_eval"] = model.sample(grid, M, purpose="price_eval", **draw)
                 S2 = drawn["price_eval"]
-                est = _estimate(apply_policy(S2, times, policy, contract.payoff_value, basis_fn, model.rate),
+                est = _estimate(apply_policy(S2[..., assets], times, policy, payoff, basis_fn, model.rate),
                                 sim.antithetic)
                 row.update(price_oos=est["price"], stderr_oos=est["stderr"])
         rows[i] = row

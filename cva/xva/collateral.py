@@ -14,16 +14,18 @@ from __future__ import annotations
 import numpy as np
 
 from cva.engine.plan import net
+from linalg_gpu._backend import get_array_module
 
 
 def collateral(V_lag, csa):
-    """C from the values at the margin dates (any shape)."""
-    call = np.zeros_like(V_lag)
+    """C from the values at the margin dates (any shape; numpy or cupy)."""
+    xp = get_array_module(V_lag)
+    call = xp.zeros_like(V_lag)
     if csa.posting != "us":
-        call = call + np.maximum(V_lag - csa.threshold, 0.0)
+        call = call + xp.maximum(V_lag - csa.threshold, 0.0)
     if csa.posting != "counterparty":
-        call = call - np.maximum(-V_lag - csa.threshold, 0.0)
-    return np.where(np.abs(call) < csa.minimum_transfer_amount, 0.0, call) + csa.independent_amount
+        call = call - xp.maximum(-V_lag - csa.threshold, 0.0)
+    return xp.where(xp.abs(call) < csa.minimum_transfer_amount, 0.0, call) + csa.independent_amount
 
 
 def net_of_collateral(P, plan, csa, margin_cols=None):
@@ -33,9 +35,10 @@ def net_of_collateral(P, plan, csa, margin_cols=None):
     values = P[..., plan.exposure_cols]
     if csa is None:
         return values
+    xp = get_array_module(P)
     lag = plan.margin_cols if margin_cols is None else margin_cols
     C = collateral(P[..., np.where(lag >= 0, lag, 0)], csa)
-    return values - np.where(lag >= 0, C, csa.independent_amount)
+    return values - xp.where(xp.asarray(lag >= 0), C, csa.independent_amount)
 
 
 def trade_collateral(cube, quantities, order, members, plan, csa, margin_cols):

@@ -10,34 +10,127 @@ from dataclasses import replace
 import numpy as np
 
 from cva.engine.estimators import combine
-from cva.engine.plan import margin_columns, net, netting_order
+from cva.engine.plan import margin_columns, netting_order
 from cva.xva import measures
-from cva.xva.collateral import net_of_collateral
+from cva.xva.collateral import collateral, net_of_collateral
+from linalg_gpu._backend import get_array_module
 
 
 class Book:
     """The run's netting sets (:meth:`cva.io.config.Config.book`) with their counterparties' credit
     (:class:`cva.xva.credit.Counterparty` by name), the plan's contracts and netting order, and each CSA's margin
-    columns in the value cube."""
+    columns in the value cube.
 
-    def __init__(self, cfg, plan, credits):
+    :meth:`aggregate` reduces each chunk's value cube where it was computed (on the GPU for a GPU run) to what the
+    measures need, so the cube itself never reaches the host: per netting set its values net of collateral and
+    without it at the exposure dates, and per trade its per-path Euler contributions to the CVA (and DVA) of its
+    netting set. The chunk's array (sets, paths, W) holds them side by side;
+    :meth:`netted`, :meth:`uncollateralized` and :meth:`contributions` take them out."""
+
+    def __init__(self, cfg, plan, credits, model, own=None):
         self.entries = cfg.book()
         self.plan, self.credits = plan, credits
         self.quantities, self.order = [c.quantity for c in plan.contracts], netting_order(plan)
         self.margins = [None if e.csa is None else margin_columns(cfg, plan.value_index, e.csa.margin_period_of_risk)
                         for e in self.entries]
         self.counterparties = list(dict.fromkeys(e.counterparty for e in self.entries))
+        S, C, V = len(self.entries), len(plan.contracts), len(plan.value_index)
+        # netting in the order of :func:`net`, per value column: pads take contract 0 with quantity 0 (adds +-0)
+        lists = [[[c for c in self.order[k] if c in mine] for k in range(V)]
+                 for mine in (set(e.members) for e in self.entries)]
+        width = max(1, max(len(m) for row in lists for m in row))
+        self._index = np.zeros((width, S, V), dtype=np.int64)
+        self._weight = np.zeros((width, S, V), dtype=np.float64)
+        for j, row in enumerate(lists):
+            for k, members in enumerate(row):
+                self._index[:len(members), j, k] = members
+                self._weight[:len(members), j, k] = [self.quantities[c] for c in members]
+        self.sides = [("cva", 1.0, [self._weights(model, e, own)[0] for e in self.entries])]
+        if own is not None:
+            self.sides.append(("dva", -1.0, [self._weights(model, e, own)[1] for e in self.entries]))
+        K = len(plan.exposure_index)
+        self.width = 2 * S * K + len(self.sides) * C
 
-    def values(self, collateral=True, which=None):
-        """The map from a level's value cube (sets, N, C, V) to the values (sets, N, S, K) of the netting sets
-        ``which`` (default all) at the exposure dates, net of collateral where a CSA applies (``collateral``)."""
-        idx = range(len(self.entries)) if which is None else which
+    def _weights(self, model, e, own):
+        cp, dates = self.credits[e.counterparty], self.plan.dates
+        if own is None:
+            return ((1.0 - cp.recovery) * np.exp(-model.rate * dates) * cp.curve.default_probabilities(dates), None)
+        return measures.bilateral_weights(dates, model.rate, cp, own)
 
-        def f(cube):
-            return np.stack([net_of_collateral(net(cube, self.quantities, self.order, self.entries[j].members),
-                                               self.plan, self.entries[j].csa if collateral else None,
-                                               self.margins[j]) for j in idx], axis=-2)
-        return f
+    def gross(self, cube):
+        """(sets, L, S, V): the netting sets' values at every value date of the cube (sets, L, C, V), no collateral;
+        numpy or cupy."""
+        xp = get_array_module(cube)
+        index, weight = xp.asarray(self._index), xp.asarray(self._weight)
+        column = xp.asarray(np.broadcast_to(np.arange(len(self.plan.value_index)), index.shape[1:]))
+        P = xp.zeros(cube.shape[:2] + index.shape[1:], dtype=np.float64)
+        for m in range(index.shape[0]):
+            P += weight[m] * cube[:, :, index[m], column]
+        return P
+
+    def exposed(self, P):
+        """(sets, L, S, K): the netting sets' values at the exposure dates net of collateral, from :meth:`gross`."""
+        xp = get_array_module(P)
+        raw = P[..., self.plan.exposure_cols]
+        return xp.stack([raw[..., j, :] if e.csa is None else net_of_collateral(P[..., j, :], self.plan, e.csa,
+                                                                                  self.margins[j])
+                         for j, e in enumerate(self.entries)], axis=-2)
+
+    def aggregate(self, cube, revalue=None, P=None):
+        """A chunk's value cube (sets, L, C, V) (numpy or cupy) to its (sets, L, W) array of the netted values and
+        the trades' contributions; path by path, so the same numbers whatever the chunk. (``revalue``, of
+        :func:`cva.engine.nested.chunk_values`, is not needed here; ``P``: :meth:`gross` if known.)"""
+        xp = get_array_module(cube)
+        plan, S, K = self.plan, len(self.entries), len(self.plan.exposure_index)
+        cols = plan.exposure_cols
+        P = self.gross(cube) if P is None else P                                        # (sets, L, S, V)
+        raw = P[..., cols]                                                               # (sets, L, S, K)
+        net = self.exposed(P)
+        parts = [net.reshape(net.shape[:2] + (S * K,)), raw.reshape(raw.shape[:2] + (S * K,))]
+        for _, side, weights in self.sides:
+            out = xp.zeros(cube.shape[:3], dtype=np.float64)                            # (sets, L, C)
+            for j, e in enumerate(self.entries):
+                members = list(e.members)
+                own = xp.asarray(np.asarray(self.quantities)[members])[:, None] * cube[:, :, members][..., cols]
+                if e.csa is not None:
+                    own = own - self._shares(cube, P[..., j, :], members, e.csa, self.margins[j], xp)
+                X = side * own * (side * net[..., j, None, :] > 0)                       # (sets, L, members, K)
+                w = weights[j]
+                acc = X[..., 0] * w[0]
+                for k in range(1, K):                                                   # a fixed order of terms
+                    acc = acc + X[..., k] * w[k]
+                out[:, :, members] = acc
+            parts.append(out)
+        return xp.concatenate(parts, axis=-1)
+
+    def _shares(self, cube, P, members, csa, margin_cols, xp):
+        """Each member's share (sets, L, members, K) of the collateral (:func:`cva.xva.collateral.trade_collateral`)
+        from the netted values P (sets, L, V) of its netting set."""
+        lag = np.asarray(margin_cols)
+        cols = np.where(lag >= 0, lag, 0)
+        V_lag = P[..., cols]
+        call = xp.where(xp.asarray(lag >= 0), collateral(V_lag, csa) - csa.independent_amount, 0.0)
+        q = xp.asarray(np.asarray(self.quantities, dtype=np.float64)[members])
+        v_lag = q[:, None] * cube[:, :, members][..., cols]
+        safe = xp.where(V_lag != 0, V_lag, 1.0)
+        share = xp.where(call[..., None, :] != 0, v_lag / safe[..., None, :], 0.0)
+        return call[..., None, :] * share + csa.independent_amount / len(members)
+
+    def netted(self, chunk):
+        """(sets, N, S, K): each netting set's values at the exposure dates, net of collateral where a CSA applies."""
+        S, K = len(self.entries), len(self.plan.exposure_index)
+        return _dates_major(chunk[..., :S * K].reshape(chunk.shape[:-1] + (S, K)))
+
+    def uncollateralized(self, chunk):
+        """(sets, N, S, K): the netting sets' values without their collateral."""
+        S, K = len(self.entries), len(self.plan.exposure_index)
+        return _dates_major(chunk[..., S * K:2 * S * K].reshape(chunk.shape[:-1] + (S, K)))
+
+    def contributions(self, chunk, name="cva"):
+        """(sets, N, C): each trade's per-path contribution to its netting set's CVA (``name`` "dva": DVA)."""
+        i = [n for n, _, _ in self.sides].index(name)
+        C, first = len(self.plan.contracts), 2 * len(self.entries) * len(self.plan.exposure_index)
+        return chunk[..., first + i * C:first + (i + 1) * C]
 
     def cva_functional(self, model, own=None, which=None):
         """g: the per-path CVA contributions summed over the netting sets ``which`` (default all), of values
@@ -58,6 +151,12 @@ class Book:
 
     def of(self, counterparty) -> list[int]:
         return [j for j, e in enumerate(self.entries) if e.counterparty == counterparty]
+
+
+def _dates_major(a):
+    """``a`` (..., K) copied dates first in memory, the layout numpy's indexing of the dates gives a single netting
+    set's values (``P[..., cols]``), so that the measures' matrix products give the same bits on both."""
+    return np.moveaxis(np.ascontiguousarray(np.moveaxis(a, -1, 0)), 0, -1)
 
 
 def _estimate(levels, g, estimator, prefix):

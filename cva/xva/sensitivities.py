@@ -1,7 +1,9 @@
 """CVA sensitivities by central differences with common random numbers (Glasserman, "Monte Carlo Methods in
-Financial Engineering", section 7.1): each bumped run draws the same keyed streams, so the per-path
+Financial Engineering", section 7.1): each bumped market draws the same keyed streams, so the per-path
 differences are small and their standard error is that of the difference, not of two independent runs.
-Spot, vol and rate bumps run the engine again; a hazard bump reweights the base run's values."""
+A hazard bump reweights the base run's values. Spot, vol and rate bumps value the trades again: for a desk
+(:class:`BumpedDesk`) in every chunk next to the base, only the trades a bump moves; for a single netting set
+(:func:`sensitivities`) as whole runs of the engine."""
 
 from __future__ import annotations
 
@@ -15,18 +17,21 @@ from cva.engine.nested import DateStats, Levels
 from cva.engine.plan import build_plan
 from cva.io.config import load_config
 from cva.market.model import BlackScholes
+from cva.xva.credit import Counterparty
+from cva.xva.measures import bilateral_weights
+from linalg_gpu._backend import get_array_module
 
 
-def sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, desk=False,
-                  log=lambda msg: None, client=None) -> dict:
+def sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, log=lambda msg: None,
+                  client=None) -> dict:
     """``{"delta": {asset: [value, stderr]}, "vega": {...}, "rho": [value, stderr], "cs01": [value, stderr]}``,
-    the derivatives of the CVA per unit of spot, volatility, rate and hazard (the families ``cfg.sensitivities``
-    gives a bump for); ``netted`` are the base run's netted levels, ``values`` maps a level's value cube to its
-    netted values (:meth:`cva.engine.nested.Levels.levels`). ``functional(c, m, name, shift)`` is the per-path
-    CVA g of counterparty ``name`` for the config ``c`` and model ``m``, its hazards shifted by ``shift``;
-    ``floors`` the lowest hazard rate of each counterparty by name (a CS01 bump below it is one-sided). With
-    ``desk`` the result is ``{name: {...}}``, each counterparty's CS01 that of its own curve; else the one
-    counterparty's. With a dask ``client`` the bumped runs' chunks are cluster tasks."""
+    the derivatives of a single netting set's CVA per unit of spot, volatility, rate and hazard (the families
+    ``cfg.sensitivities`` gives a bump for), each bumped market a whole run of the engine. ``netted`` are the base
+    run's netted levels, ``values`` maps a level's value cube to its netted values
+    (:meth:`cva.engine.nested.Levels.levels`). ``functional(c, m, name, shift)`` is the per-path CVA g of the
+    counterparty for the config ``c`` and model ``m``, its hazards shifted by ``shift``; ``floors`` the lowest
+    hazard rate of the counterparty by name (a CS01 bump below it is one-sided). With a dask ``client`` the bumped
+    runs' chunks are cluster tasks."""
     bumps, estimator = cfg.sensitivities, cfg.simulation.estimator
     sizes = [lv.paths for lv in netted]
     base = cfg.to_dict()
@@ -91,9 +96,183 @@ def sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floor
         for k in keys:
             out[k]["rho"] = difference(up, down, 2 * h, k)
     if bumps.hazard is not None:
-        h = bumps.hazard
         for k in keys:
-            shift, width = (-h, 2 * h) if floors[k] >= h else (0.0, h)
-            out[k]["cs01"] = difference(({k: functional(cfg, model, k, h)}, netted),
-                                        ({k: functional(cfg, model, k, shift)}, netted), width, k)
-    return out if desk else out[keys[0]]
+            out[k]["cs01"] = cs01(bumps.hazard, netted, lambda name, shift: functional(cfg, model, name, shift),
+                                  floors, k, estimator)
+    return out[keys[0]]
+
+
+class BumpedDesk:
+    """A desk's bumped markets valued in each chunk next to the base (:func:`cva.engine.nested.chunk_values`'s
+    ``revalue``): the chunk's aggregate (:meth:`cva.xva.desk.Book.aggregate`) gets, per scenario and counterparty,
+    the per-path CVA of its netting sets in the bumped market, from which :meth:`result` takes the central
+    differences. A trade on one asset depends on that asset's spot and vol alone, so one valuation with every
+    asset's spot (vol) bumped serves every asset's scenario for those trades; a trade on several assets is valued
+    again for each asset it depends on; a rate bump moves every trade. A scenario's netting-set values are the
+    base's plus q_c (v_c' - v_c) over the trades c it moves (v' their bumped values), then collateral and the CVA
+    weights (the bumped rate's discount and credit curves for a rate scenario) as for the base."""
+
+    def __init__(self, cfg, plan, model, book, own=None):
+        self.book, self.bumps, self.estimator = book, cfg.sensitivities, cfg.simulation.estimator
+        C = len(plan.contracts)
+        self.set_of = np.empty(C, dtype=int)
+        for j, e in enumerate(book.entries):
+            self.set_of[list(e.members)] = j
+        self.quantities = np.asarray(book.quantities, dtype=np.float64)
+        credit = {e.counterparty: e.credit for e in book.entries}
+        own_config = cfg.own_credit
+
+        def weights(m):                                            # (S, K) CVA weights of the market m
+            cps = {name: Counterparty.from_config(c, m.rate) for name, c in credit.items()}
+            me = None if own_config is None else Counterparty.from_config(own_config, m.rate)
+            return np.stack([_cva_weights(plan, m, cps[e.counterparty], me) for e in book.entries])
+
+        base_w = weights(model)
+        single = [[c for c in range(C) if plan.contracts[c].underlying == "asset" and plan.contracts[c].asset == i]
+                  for i in range(model.d)]
+        several = [[c for c in range(C) if plan.contracts[c].underlying != "asset" and _depends(plan.contracts[c], i)]
+                   for i in range(model.d)]
+        self.passes, self.scenarios, self.rows = [], [], []      # (plan, model); (pass trades, weights); result rows
+
+        trades_of = []                                             # per pass, its trades' base indices
+
+        def add_pass(trades, m):
+            if not trades:
+                return None
+            self.passes.append((_subplan(plan, trades), m))
+            trades_of.append(list(trades))
+            return len(self.passes) - 1
+
+        def scenario(moved, w):                                    # moved: [(pass, trades of the pass)]
+            self.scenarios.append(([(p, t) for p, t in moved if p is not None], w))
+            return len(self.scenarios) - 1
+
+        base = None
+        for family, key in (("delta", "spot"), ("vega", "vol")):
+            h = getattr(self.bumps, key)
+            if h is None:
+                continue
+            value = getattr(model, key)
+            step = h * value if key == "spot" else np.full(model.d, h)
+            down_ok = value - step > 0 if key == "spot" else value >= h
+            ids = {}
+            for sign in (1, -1):
+                moves = down_ok | (sign > 0)                             # a vol below the bump is not bumped down
+                bumped = value + sign * np.where(moves, step, 0.0)
+                everyone = add_pass([c for i in range(model.d) if moves[i] for c in single[i]],
+                                    replace(model, **{key: bumped}))
+                for i in range(model.d):
+                    alone = value.copy()
+                    alone[i] = bumped[i]
+                    own_pass = add_pass(several[i] if moves[i] else [], replace(model, **{key: alone}))
+                    ids[i, sign] = (everyone, own_pass)
+            for i in range(model.d):
+                (a, b), (c, d) = ids[i, 1], ids[i, -1]
+                up = scenario([(a, single[i]), (b, several[i])], base_w)
+                if down_ok[i]:
+                    down, width = scenario([(c, single[i]), (d, several[i])], base_w), 2 * step[i]
+                else:                                                    # one-sided: the base
+                    base = scenario([], base_w) if base is None else base
+                    down, width = base, step[i]
+                self.rows.append((family, f"asset {i}", up, down, width))
+        if self.bumps.rate is not None:
+            h, every = self.bumps.rate, list(range(C))
+            ends = []
+            for sign in (1, -1):
+                m = replace(model, rate=model.rate + sign * h)
+                ends.append(scenario([(add_pass(every, m), every)], weights(m)))
+            self.rows.append(("rho", None, ends[0], ends[1], 2 * h))
+        self._position = [{c: k for k, c in enumerate(t)} for t in trades_of]      # a pass's trades: their places
+        self.counterparties = book.counterparties
+        self.width = book.width + len(self.scenarios) * len(self.counterparties)
+
+    def aggregate(self, cube, revalue):
+        """The base aggregate and the scenarios' per-path CVA per counterparty, (sets, L, W); each pass valued by
+        ``revalue`` and folded into its scenarios before the next, the last pass of a scenario ends it."""
+        xp = get_array_module(cube)
+        book = self.book
+        P = book.gross(cube)
+        out = [book.aggregate(cube, P=P)]
+        last = {s: max((p for p, _ in moved), default=-1) for s, (moved, _) in enumerate(self.scenarios)}
+        values, done = {}, {}
+        for s in (s for s, end in last.items() if end < 0):
+            done[s] = self._cva(P, s, xp)
+        for p, (plan, model) in enumerate(self.passes):
+            bumped = revalue(plan, model)
+            for s, (moved, _) in enumerate(self.scenarios):
+                for q, trades in moved:
+                    if q != p:
+                        continue
+                    Ps = values.setdefault(s, P.copy())
+                    for c in trades:                                   # a fixed order of terms
+                        k = self._position[p][c]
+                        Ps[:, :, self.set_of[c], :] += self.quantities[c] * (bumped[:, :, k, :] - cube[:, :, c, :])
+                if last[s] == p:
+                    done[s] = self._cva(values.pop(s, P), s, xp)
+            bumped = None
+        cols = [done[s][..., k] for s in range(len(self.scenarios)) for k in range(len(self.counterparties))]
+        return xp.concatenate(out + ([xp.stack(cols, axis=-1)] if cols else []), axis=-1)
+
+    def _cva(self, P, s, xp):
+        """(sets, L, counterparties): each counterparty's per-path CVA of the gross values P (sets, L, S, V)."""
+        E = xp.maximum(self.book.exposed(P), 0.0)                                     # (sets, L, S, K)
+        W = xp.asarray(self.scenarios[s][1])
+        acc = E[..., 0] * W[:, 0]
+        for k in range(1, W.shape[1]):
+            acc = acc + E[..., k] * W[:, k]
+        per = []
+        for name in self.counterparties:
+            which = self.book.of(name)
+            total = acc[..., which[0]]
+            for j in which[1:]:
+                total = total + acc[..., j]
+            per.append(total)
+        return xp.stack(per, axis=-1)
+
+    def result(self, levels, netted, functional, floors) -> dict:
+        """``{counterparty: {"delta": {asset: [value, stderr]}, "vega": {...}, "rho": [...], "cs01": [...]}}`` from
+        the levels of the chunks' aggregates and the base's ``netted`` levels (CS01, as :func:`sensitivities`)."""
+        n = len(self.counterparties)
+        out = {k: {} for k in self.counterparties}
+        for family, label, up, down, width in self.rows:
+            for k, name in enumerate(self.counterparties):
+                a, b = self.book.width + up * n + k, self.book.width + down * n + k
+                est = combine(levels, lambda X, a=a, b=b: X[..., a] - X[..., b], self.estimator)
+                value = [float(est["estimate"]) / width, float(est["stderr"]) / width]
+                if label is None:
+                    out[name][family] = value
+                else:
+                    out[name].setdefault(family, {})[label] = value
+        if self.bumps.hazard is not None:
+            for name in self.counterparties:
+                out[name]["cs01"] = cs01(self.bumps.hazard, netted, functional, floors, name, self.estimator)
+        return out
+
+
+def cs01(h, netted, functional, floors, name, estimator):
+    """dCVA/dlambda of counterparty ``name``: its hazards shifted by +-h (one-sided at a floor below h), the base
+    run's values reweighted (``functional(name, shift)``, the per-path CVA g)."""
+    shift, width = (-h, 2 * h) if floors[name] >= h else (0.0, h)
+    g_up, g_down = functional(name, h), functional(name, shift)
+    est = combine(netted, lambda X: g_up(X) - g_down(X), estimator)
+    return [float(est["estimate"]) / width, float(est["stderr"]) / width]
+
+
+def _cva_weights(plan, model, counterparty, own):
+    """(K,) the CVA's weight of each exposure date's E^+ (:mod:`cva.xva.measures`)."""
+    if own is not None:
+        return bilateral_weights(plan.dates, model.rate, counterparty, own)[0]
+    return (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
+        counterparty.curve.default_probabilities(plan.dates)
+
+
+def _depends(contract, i) -> bool:
+    """Whether a contract on several assets moves with asset i (a basket weight of 0 does not)."""
+    return contract.underlying != "basket" or contract.weights is None or contract.weights[i] != 0
+
+
+def _subplan(plan, trades):
+    """The plan of the contracts ``trades`` alone (the same grid and dates)."""
+    return replace(plan, contracts=[plan.contracts[c] for c in trades],
+                   exercise_index=[plan.exercise_index[c] for c in trades],
+                   closed_form=[plan.closed_form[c] for c in trades])
