@@ -71,9 +71,11 @@ def margin_columns(cfg, value_index, mpr) -> np.ndarray:
 
 def bytes_per_outer_path(plan, d, itemsize) -> int:
     """The memory estimate per outer path of a chunk: the inner paths of the first date (G d values per inner path)
-    and what their regressions hold at once, about twice that again."""
+    and what their regressions hold at once, about twice that again; and two value cubes (float64, up to 7
+    estimator sets per contract and value date: the base's and a bumped market's, :mod:`cva.xva.sensitivities`)."""
     p = basis.basis_size(plan.basis, d, plan.payoff_regressor)
-    return plan.inner_paths * itemsize * (3 * len(plan.grid) * d + 4 * p + 8)
+    cube = 2 * 7 * 8 * len(plan.contracts) * len(plan.value_index)
+    return plan.inner_paths * itemsize * (3 * len(plan.grid) * d + 4 * p + 8) + cube
 
 
 #: Inner asset-steps per second, regressions included, as measured here: the quickstart on a 2-core CPU

@@ -203,7 +203,9 @@ class BumpedDesk:
                 for q, trades in moved:
                     if q != p:
                         continue
-                    Ps = values.setdefault(s, P.copy())
+                    if s not in values:
+                        values[s] = P.copy()
+                    Ps = values[s]
                     for c in trades:                                   # a fixed order of terms
                         k = self._position[p][c]
                         Ps[:, :, self.set_of[c], :] += self.quantities[c] * (bumped[:, :, k, :] - cube[:, :, c, :])

@@ -54,10 +54,17 @@ def test_a_desk_on_the_gpu_matches_the_cpu(tmp_path):
            "counterparties": [{"name": "A", "hazard_rate": 0.02, "netting_sets": [
                {"name": "a", "portfolio": port},
                {"name": "b", "csa": {"threshold": 1.0, "margin_period_of_risk": "10d"}, "portfolio": port[:1]}]}],
-           "simulation": {"dates": 4, "outer_paths": 256, "inner_paths": 64, "pricing_paths": 1000}}
+           "simulation": {"dates": 4, "outer_paths": 256, "inner_paths": 64, "pricing_paths": 1000},
+           "sensitivities": {"spot": 0.01, "vol": 0.01, "rate": 0.0001}}
     runs = [cva.run({**cfg, "output": {"dir": str(tmp_path / b)}}, backend=b, progress=False) for b in ("cpu", "gpu")]
     for a, b in zip(runs[0].levels, runs[1].levels, strict=True):
         off = ~np.isclose(b.sets, a.sets, rtol=1e-9, atol=1e-9)
         assert off.mean() < 2e-3, (off.sum(), off.size)                     # a wrong slice would be everywhere
         np.testing.assert_allclose(b.sets[0], a.sets[0], rtol=1e-6, atol=1e-6)  # the whole inner set: no ties seen
     assert abs(runs[1].cva - runs[0].cva) < 0.05 * runs[0].stderr
+    # the bumped markets, valued in each chunk on the device (:class:`cva.xva.sensitivities.BumpedDesk`)
+    cpu, gpu = (r.summary["sensitivities"]["A"] for r in runs)
+    for family in ("delta", "vega"):
+        for asset, (value, se) in cpu[family].items():
+            assert abs(gpu[family][asset][0] - value) < 0.2 * se + 1e-12, (family, asset, gpu[family][asset], value)
+    assert abs(gpu["rho"][0] - cpu["rho"][0]) < 0.2 * cpu["rho"][1]
