@@ -4,7 +4,7 @@ American), bilateral CVA/DVA, the value cube and, optionally, the four sensitivi
 Usage::
 
     python benchmarks/bench_desk.py [--counterparties 20] [--netting-sets 40] [--trades 400] [--assets 10]
-                                    [--dates 24] [--outer 8192] [--inner 128] [--sensitivities]
+                                    [--dates 24] [--outer 8192] [--inner 128] [--sensitivities [--skip-base]]
                                     [--backend gpu] [--json benchmarks/results/desk_h100.json]
 
 The desk is drawn from a fixed seed (numpy's generator): spots 50-150, vols 0.15-0.4, equicorrelation 0.3;
@@ -89,13 +89,14 @@ def main(argv=None):
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--sensitivities", action="store_true", help="also the run with the four families")
+    ap.add_argument("--skip-base", action="store_true", help="with --sensitivities: that run alone")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     result = {"benchmark": "desk", "date": dt.datetime.now().isoformat(timespec="seconds"),
               "cpu": platform.processor() or platform.machine(),
               "sizes": {k: getattr(args, k) for k in ("counterparties", "netting_sets", "trades", "assets", "dates",
                                                        "outer", "inner", "dtype")}, "rows": []}
-    for sens in (False, True) if args.sensitivities else (False,):
+    for sens in ((True,) if args.skip_base else (False, True)) if args.sensitivities else (False,):
         row = one(args, sens)
         result["rows"].append(row)
         print(f"sensitivities {sens}: {row['seconds']:.1f} s ({row['engine_seconds']:.1f} s engine), cube "

@@ -134,10 +134,9 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
     def uncollateralized(j):
         return [replace(x, sets=x.sets[..., j, :]) for x in raw]
 
-    total, cps, profiles = desk_measures(book, model, netted, uncollateralized, estimator, q, own)
-    g = book.cva_functional(model, own)
-    est = combine(netted, g, estimator)
-    levels = level_table(netted, g, estimator)
+    total, cps, profiles, per_path = desk_measures(book, model, netted, uncollateralized, estimator, q, own)
+    est = combine(per_path, lambda x: x, estimator)
+    levels = level_table(per_path, lambda x: x, estimator)
     today = _values_t0(prices, plan)
     shares = {name: lv.levels(lambda x, name=name: book.contributions(x, name)) for name, _, _ in book.sides}
     trades = []
@@ -196,10 +195,9 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
                            for p, e in zip(profiles, book.entries, strict=True)], ignore_index=True)
     if out_dir is not None:
         _write(Path(out_dir), cfg, book, profiles, names, solver, summary, text)
-    vals = netted[-1].sets[0]
     return report.RunResult(cva=summary["cva"], stderr=summary["stderr"], ci=(summary["ci_low"], summary["ci_high"]),
-                            exposures=exposures, solver_stats=solver, summary=summary, out_dir=out_dir, values=vals,
-                            contributions=g(vals), levels=netted)
+                            exposures=exposures, solver_stats=solver, summary=summary, out_dir=out_dir,
+                            values=netted[-1].sets[0], contributions=per_path[-1].sets[0], levels=netted)
 
 
 def _values_t0(prices, plan) -> list[dict]:

@@ -132,21 +132,12 @@ class Book:
         C, first = len(self.plan.contracts), 2 * len(self.entries) * len(self.plan.exposure_index)
         return chunk[..., first + i * C:first + (i + 1) * C]
 
-    def cva_functional(self, model, own=None, which=None):
-        """g: the per-path CVA contributions summed over the netting sets ``which`` (default all), of values
-        (..., S, K)."""
-        return self._sum([measures.cva_functional(self.plan, model, self.credits[e.counterparty], own)
-                          for e in self.entries], which)
-
-    def dva_functional(self, model, own, which=None):
-        return self._sum([measures.dva_functional(self.plan, model, self.credits[e.counterparty], own)
-                          for e in self.entries], which)
-
-    def _sum(self, gs, which):
-        idx = range(len(self.entries)) if which is None else list(which)
+    def cva_functional(self, model, own=None):
+        """g: the per-path CVA summed over the netting sets, of values (..., S, K)."""
+        gs = [measures.cva_functional(self.plan, model, self.credits[e.counterparty], own) for e in self.entries]
 
         def g(X):
-            return sum(gs[j](X[..., j, :]) for j in idx)
+            return sum(gs[j](X[..., j, :]) for j in range(len(gs)))
         return g
 
     def of(self, counterparty) -> list[int]:
@@ -169,32 +160,46 @@ def desk_measures(book, model, netted, uncollateralized, estimator, pfe_quantile
     """The desk's numbers from the netted levels (sets, N, S, K); ``uncollateralized(j)``: the levels of netting
     set j's values without its collateral (sets, N, K), asked for the netting sets under a CSA.
 
-    Returns ``(total, counterparties, profiles)``: the desk's ``cva`` (and ``dva``) with standard errors and
-    intervals, per counterparty its totals and ``netting_sets`` (cva, dva, EPE, EEPE, collateralized, and the
-    uncollateralized CVA where a CSA applies), and per netting set its exposure profile (EE, ENE, PFE by the
-    estimator, collateral, uncollateralized EE)."""
+    Returns ``(total, counterparties, profiles, per_path)``: the desk's ``cva`` (and ``dva``) with standard errors
+    and intervals, per counterparty its totals and ``netting_sets`` (cva, dva, EPE, EEPE, collateralized, and the
+    uncollateralized CVA where a CSA applies), per netting set its exposure profile (EE, ENE, PFE by the
+    estimator, collateral, uncollateralized EE), and the levels of the desk's per-path CVA (sets, N). Each netting
+    set's values are taken out once (dates first, the layout of a single netting set's run: the same bits) and
+    its per-path CVA and DVA computed once; the sums over netting sets add them in the netting sets' order."""
     plan = book.plan
-    total = _estimate(netted, book.cva_functional(model, own), estimator, "cva")
-    if own is not None:
-        total.update(_estimate(netted, book.dva_functional(model, own), estimator, "dva"))
-    cps, profiles = {}, []
+    sides = [("cva", measures.cva_functional)] + ([("dva", measures.dva_functional)] if own is not None else [])
+    mine = [[replace(lv, sets=_dates_major(lv.sets[..., j, :])) for lv in netted] for j in range(len(book.entries))]
+    per_path = {}                                                      # side -> levels (sets, N, S)
+    for side, functional in sides:
+        gs = [functional(plan, model, book.credits[e.counterparty], own) for e in book.entries]
+        per_path[side] = [replace(lv, sets=np.stack([np.stack([g(x) for x in levels[li].sets]) for g, levels in
+                                                      zip(gs, mine, strict=True)], axis=-1))
+                          for li, lv in enumerate(netted)]
+
+    def summed(side, which):                                          # per path, over the netting sets which
+        def g(G):
+            return sum(G[..., j] for j in which)
+        return [replace(lv, sets=np.stack([g(x) for x in lv.sets])) for lv in per_path[side]]
+
+    everything = range(len(book.entries))
+    total, cps, profiles = {}, {}, []
+    for side, _ in sides:
+        total.update(_estimate(summed(side, everything), lambda x: x, estimator, side))
     for name in book.counterparties:
-        which = book.of(name)
-        row = _estimate(netted, book.cva_functional(model, own, which), estimator, "cva")
-        if own is not None:
-            row.update(_estimate(netted, book.dva_functional(model, own, which), estimator, "dva"))
+        row = {}
+        for side, _ in sides:
+            row.update(_estimate(summed(side, book.of(name)), lambda x: x, estimator, side))
         row["netting_sets"] = {}
         cps[name] = row
     for j, e in enumerate(book.entries):
-        mine = [replace(lv, sets=lv.sets[..., j, :]) for lv in netted]
-        prof, est, _ = measures.exposures_and_cva(plan, model, book.credits[e.counterparty], mine, estimator,
+        prof, est, _ = measures.exposures_and_cva(plan, model, book.credits[e.counterparty], mine[j], estimator,
                                                   pfe_quantile, own)
         ns = {"cva": est["cva"], "cva_stderr": est["stderr"], **measures.epe_eepe(prof["date"], prof["EE"]),
               "collateralized": e.csa is not None, "trades": len(e.members)}
         if own is not None:
             ns.update({"dva": est["dva"], "dva_stderr": est["dva_stderr"]})
         if e.csa is not None:
-            raw = uncollateralized(j)
+            raw = [replace(lv, sets=_dates_major(lv.sets)) for lv in uncollateralized(j)]
             g = measures.cva_functional(plan, model, book.credits[e.counterparty], own)
             unc = combine(raw, g, estimator)
             ns.update({"cva_uncollateralized": float(unc["estimate"]),
@@ -206,4 +211,4 @@ def desk_measures(book, model, netted, uncollateralized, estimator, pfe_quantile
             prof["collateral"] = 0.0
         cps[e.counterparty]["netting_sets"][e.name] = ns
         profiles.append(prof)
-    return total, cps, profiles
+    return total, cps, profiles, summed("cva", everything)
