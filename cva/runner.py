@@ -20,8 +20,6 @@ from cva.engine.plan import (
     chunk_size,
     describe_cost,
     level_specs,
-    net,
-    netting_order,
     run_cost,
 )
 from cva.engine.pricing import price
@@ -29,12 +27,11 @@ from cva.io import desk_report, report, rundir
 from cva.io.config import load_config
 from cva.io.report import RunResult
 from cva.market.model import BlackScholes
-from cva.xva.collateral import net_of_collateral, trade_collateral
 from cva.xva.control import european_twin
 from cva.xva.credit import Counterparty, shifted
 from cva.xva.desk import Book
-from cva.xva.measures import cva_allocations, cva_functional
-from cva.xva.sensitivities import BumpedDesk, sensitivities
+from cva.xva.measures import cva_functional
+from cva.xva.sensitivities import BumpedDesk
 
 
 def _progress(total, initial, enabled):
@@ -123,22 +120,18 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
         t_start = time.perf_counter()
         bar = _progress(None, 0, progress)
-        quantities, order = [c.quantity for c in plan.contracts], netting_order(plan)
         own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
-        aggregate = bumped = None
+        book = Book(cfg, plan, credits, model, own)                         # each chunk's cube aggregated
+        bumped = BumpedDesk(cfg, plan, model, book, own) if cfg.sensitivities is not None else None
+        aggregate = book.aggregate if bumped is None else bumped.aggregate  # bumped markets in every chunk
         if cfg.is_desk:
-            book = Book(cfg, plan, credits, model, own)
-            aggregate, values = book.aggregate, book.netted                 # (sets, N, netting sets, K)
-            if cfg.sensitivities is not None:                               # bumped markets in every chunk
-                bumped = BumpedDesk(cfg, plan, model, book, own)
-                aggregate = bumped.aggregate
-            g = book.cva_functional(model, own)
+            values, g = book.netted, book.cva_functional(model, own)       # (sets, N, netting sets, K)
         else:
             counterparty = credits["counterparty"]
             g = cva_functional(plan, model, counterparty, own)
 
-            def values(cube):                                               # the cube's sets -> netted values
-                return net_of_collateral(net(cube, quantities, order), plan, cfg.csa)
+            def values(chunk):                                              # the one netting set's (sets, N, K)
+                return book.netted(chunk)[..., 0, :]
 
         try:
             lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume, executor,
@@ -162,11 +155,9 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 return lambda X: sum(g(X[..., j, :]) for j in which)
 
             floors = {name: float(np.min(cp.curve.rates)) for name, cp in credits.items()}
-            if bumped is not None:
-                sens = bumped.result(lv.levels(), netted, lambda name, shift: functional(cfg, model, name, shift),
-                                     floors)
-            else:
-                sens = sensitivities(cfg, xp, chunk, plan, model, netted, values, functional, floors, log, client)
+            sens = bumped.result(lv.levels(), netted, lambda name, shift: functional(cfg, model, name, shift), floors)
+            if not cfg.is_desk:
+                sens = sens["counterparty"]
         if cfg.is_desk:
             log(f"pricing the {len(plan.contracts)} trades at t = 0 ({cfg.simulation.pricing_paths} paths each)")
             prices = price(cfg, backend="cpu" if xp is np else "gpu")
@@ -174,12 +165,9 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                                         chunk=chunk, elapsed=elapsed, manifest=manifest, own=own, sensitivities=sens,
                                         prices=prices)
         else:
-            cube = lv.levels()
-            shares = None if cfg.csa is None else [trade_collateral(c.sets, quantities, order, range(len(quantities)),
-                                                                    plan, cfg.csa, plan.margin_cols) for c in cube]
-            trades = cva_allocations(cube, netted, plan, model, counterparty, cfg.simulation.estimator, own,
-                                     collateral=shares)
-            twin = european_twin(cfg, plan, model, quantities, netted) if cfg.simulation.control_variate else None
+            trades = book.allocations(lv)
+            twin = european_twin(cfg, plan, model, [c.quantity for c in plan.contracts], netted) \
+                if cfg.simulation.control_variate else None
             result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
                                    device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
                                    own=own, sensitivities=sens, twin=twin)

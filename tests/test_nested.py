@@ -262,17 +262,39 @@ def test_value_cube_nets_long_and_short_identical_contracts_to_zero(tmp_path):
     assert not np.any(res.values)
 
 
-def test_net_sums_the_cube_in_the_order_of_each_date():
-    from cva.engine.plan import net
+def test_the_book_nets_the_cube_in_the_order_of_each_date(tmp_path):
+    """Book.gross: per netting set and value date, the sum of quantity x value over its trades alive there, added in
+    the netting order (the contracts valued at the node first), so a single netting set's values are the bits they
+    were; a trade expired at a date adds nothing."""
+    from cva.engine.plan import build_plan, netting_order
+    from cva.io.config import load_config
+    from cva.market.model import BlackScholes
+    from cva.xva.credit import Counterparty
+    from cva.xva.desk import Book
 
-    rng = np.random.default_rng(43)
-    cube = rng.standard_normal((3, 5, 4, 2))                                     # (sets, paths, contracts, dates)
-    q = [2.0, -1.0, 0.5, 3.0]
-    order = [[2, 0, 1, 3], [3, 1]]                                               # date 1: contracts 0, 2 expired
-    P = net(cube, q, order)
-    np.testing.assert_allclose(P[..., 0], cube[..., :, 0] @ np.array(q), rtol=1e-13)
-    np.testing.assert_allclose(P[..., 1], 3.0 * cube[..., 3, 1] - cube[..., 1, 1], rtol=1e-13)
-    np.testing.assert_allclose(net(cube, q, order, members=[0, 1])[..., 0], 2 * cube[..., 0, 0] - cube[..., 1, 0])
+    port = [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 100.0, "maturity": 1.0,
+             "exercise_dates": 4},
+            {"style": "european", "payoff": "call", "underlying": {"asset": 1}, "strike": 95.0, "maturity": 0.5,
+             "quantity": -1.0},
+            {"style": "european", "payoff": "call", "underlying": "basket", "strike": 95.0, "maturity": 1.0,
+             "quantity": 2.5}]
+    cfg = load_config({"market": {"spot": [100.0, 90.0], "vol": [0.2, 0.3], "rate": 0.03},
+                       "counterparties": [{"name": "A", "hazard_rate": 0.02, "netting_sets": [
+                           {"name": "a", "portfolio": port[:2]}, {"name": "b", "portfolio": port[2:]}]}],
+                       "simulation": {"dates": 4}})
+    plan, model = build_plan(cfg), BlackScholes.from_market(cfg.market)
+    book = Book(cfg, plan, {"A": Counterparty.from_config(cfg.counterparties[0], model.rate)}, model)
+    cube = np.random.default_rng(43).standard_normal((3, 5, 3, len(plan.value_index)))
+    P = book.gross(cube)                                                         # (sets, paths, S, V)
+    q = [c.quantity for c in plan.contracts]
+    for k, alive in enumerate(netting_order(plan)):
+        for j, members in enumerate(([0, 1], [2])):
+            want = np.zeros(cube.shape[:2])
+            for c in (c for c in alive if c in members):
+                want = want + q[c] * cube[..., c, k]
+            np.testing.assert_array_equal(P[..., j, k], want)
+    assert 1 not in netting_order(plan)[-1]                                      # the 0.5 y call has expired
+    np.testing.assert_array_equal(P[..., 0, -1], cube[..., 0, -1])
 
 
 @pytest.mark.parametrize("estimator", ["extrapolated", "mlmc", "plain"])

@@ -159,15 +159,3 @@ def netting_order(plan) -> list[list[int]]:
             (first if g == int(ix[-1]) or plan.closed_form[ci] else later).append(ci)
         order.append(first + later)
     return order
-
-
-def net(cube, quantities, order, members=None):
-    """The netting-set values (..., K) of the value cube (..., C, K): sum of quantity * value over the
-    ``members`` (default all contracts), summed in ``order`` (:func:`netting_order`)."""
-    keep = None if members is None else set(members)
-    P = np.zeros(cube.shape[:-2] + (cube.shape[-1],), dtype=np.float64)
-    for k, contracts in enumerate(order):
-        for c in contracts:
-            if keep is None or c in keep:
-                P[..., k] += quantities[c] * cube[..., c, k]
-    return P

@@ -138,16 +138,9 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
     est = combine(per_path, lambda x: x, estimator)
     levels = level_table(per_path, lambda x: x, estimator)
     today = _values_t0(prices, plan)
-    shares = {name: lv.levels(lambda x, name=name: book.contributions(x, name)) for name, _, _ in book.sides}
-    trades = []
-    for e in book.entries:
-        for i in e.members:
-            c = plan.contracts[i]
-            row = {"counterparty": e.counterparty, "netting_set": e.name, "contract": c.name, "quantity": c.quantity}
-            for name, parts in shares.items():
-                a = combine(parts, lambda X, i=i: X[..., i], estimator)
-                row[f"{name}_allocation"], row[f"{name}_allocation_stderr"] = float(a["estimate"]), float(a["stderr"])
-            trades.append({**row, **today[i]})
+    trades = [{"counterparty": book.entries[book.set_of[i]].counterparty,
+               "netting_set": book.entries[book.set_of[i]].name, **row, **today[i]}
+              for i, row in enumerate(book.allocations(lv))]
     solver = report.solver_table(plan, stats)
     totals = {m: int(solver[m].sum()) for m in ("ldlt", "householder_pcr", "eig_truncate", "none")}
     top, n_paths = netted[-1], sum(lv_.paths for lv_ in netted)

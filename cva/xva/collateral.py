@@ -7,13 +7,12 @@ minimum transfer amount, and only the independent amount where t - MPR is not af
 For the allocation to trades, the collateral is shared as Pykhtin & Rosen ("Pricing counterparty risk at the
 trade level and CVA allocations", J. Credit Risk 6, 2010) share it: the margin call in proportion to each
 trade's value at the margin date, c_i = call q_i V_i(t - MPR) / V(t - MPR), and the independent amount in
-equal parts; the shares add up to C(t) path by path."""
+equal parts; the shares add up to C(t) path by path (:meth:`cva.xva.desk.Book.aggregate`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from cva.engine.plan import net
 from linalg_gpu._backend import get_array_module
 
 
@@ -39,18 +38,3 @@ def net_of_collateral(P, plan, csa, margin_cols=None):
     lag = plan.margin_cols if margin_cols is None else margin_cols
     C = collateral(P[..., np.where(lag >= 0, lag, 0)], csa)
     return values - xp.where(xp.asarray(lag >= 0), C, csa.independent_amount)
-
-
-def trade_collateral(cube, quantities, order, members, plan, csa, margin_cols):
-    """Each member's share c_i (..., members, K) of the collateral at the exposure dates, from a value cube
-    (..., C, V): the call in proportion to q_i V_i(t - MPR) / V(t - MPR), the independent amount in equal parts."""
-    members = list(members)
-    lag = np.asarray(margin_cols)
-    cols = np.where(lag >= 0, lag, 0)
-    V_lag = net(cube, quantities, order, members)[..., cols]                           # (..., K)
-    call = np.where(lag >= 0, collateral(V_lag, csa) - csa.independent_amount, 0.0)
-    q = np.asarray(quantities, dtype=np.float64)[members]
-    v_lag = q[:, None] * cube[..., members, :][..., cols]                              # (..., members, K)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(call[..., None, :] != 0, v_lag / V_lag[..., None, :], 0.0)
-    return call[..., None, :] * share + csa.independent_amount / len(members)

@@ -1,7 +1,9 @@
-"""A desk's xVA from the value cube: every netting set of every counterparty netted (and collateralized) from the
-same trade values, its CVA, DVA and exposures by the run's estimator, the sums per counterparty and for the desk
-with standard errors from the per-path sums (the netting sets share the outer paths), and the Euler allocation of
-each uncollateralized netting set to its trades (ORE's split: NPV cube, then aggregation per netting set)."""
+"""The xVA of a run's netting sets (a desk's, or the one netting set of a ``portfolio:`` run) from the value cube
+(ORE's split: NPV cube, then aggregation per netting set): each chunk's cube aggregated where it was computed to
+every netting set's values net and gross of collateral and every trade's per-path Euler contributions
+(:class:`Book`); then each netting set's CVA, DVA and exposures by the run's estimator, the sums per counterparty
+and for the desk with standard errors from the per-path sums (the netting sets share the outer paths), and the
+trades' allocations."""
 
 from __future__ import annotations
 
@@ -34,6 +36,10 @@ class Book:
         self.margins = [None if e.csa is None else margin_columns(cfg, plan.value_index, e.csa.margin_period_of_risk)
                         for e in self.entries]
         self.counterparties = list(dict.fromkeys(e.counterparty for e in self.entries))
+        self.set_of = np.empty(len(plan.contracts), dtype=int)                        # each trade's netting set
+        for j, e in enumerate(self.entries):
+            self.set_of[list(e.members)] = j
+        self.estimator = cfg.simulation.estimator
         S, C, V = len(self.entries), len(plan.contracts), len(plan.value_index)
         # netting in the order of :func:`net`, per value column: pads take contract 0 with quantity 0 (adds +-0)
         lists = [[[c for c in self.order[k] if c in mine] for k in range(V)]
@@ -104,7 +110,7 @@ class Book:
         return xp.concatenate(parts, axis=-1)
 
     def _shares(self, cube, P, members, csa, margin_cols, xp):
-        """Each member's share (sets, L, members, K) of the collateral (:func:`cva.xva.collateral.trade_collateral`)
+        """Each member's share (sets, L, members, K) of the collateral (Pykhtin & Rosen, :mod:`cva.xva.collateral`)
         from the netted values P (sets, L, V) of its netting set."""
         lag = np.asarray(margin_cols)
         cols = np.where(lag >= 0, lag, 0)
@@ -131,6 +137,20 @@ class Book:
         i = [n for n, _, _ in self.sides].index(name)
         C, first = len(self.plan.contracts), 2 * len(self.entries) * len(self.plan.exposure_index)
         return chunk[..., first + i * C:first + (i + 1) * C]
+
+    def allocations(self, lv) -> list[dict]:
+        """Per trade (in the plan's order) its Euler allocation to its netting set's CVA (and DVA) with standard
+        errors, by the run's estimator, from the levels of :class:`cva.engine.nested.Levels` of the aggregates:
+        (1 - R) sum_k D(t_k) q_k E[(q_i V_i(t_k) - c_i(t_k)) 1{P(t_k) > 0}], c_i the trade's share of the
+        collateral (Pykhtin & Rosen, :mod:`cva.xva.collateral`); they add up to the netting set's CVA path by
+        path."""
+        rows = [{"contract": c.name, "quantity": c.quantity} for c in self.plan.contracts]
+        for name, _, _ in self.sides:
+            parts = lv.levels(lambda x, name=name: self.contributions(x, name))
+            for i, row in enumerate(rows):
+                a = combine(parts, lambda X, i=i: X[..., i], self.estimator)
+                row[f"{name}_allocation"], row[f"{name}_allocation_stderr"] = float(a["estimate"]), float(a["stderr"])
+        return rows
 
     def cva_functional(self, model, own=None):
         """g: the per-path CVA summed over the netting sets, of values (..., S, K)."""

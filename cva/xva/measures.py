@@ -16,8 +16,6 @@ maximum of EE.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 
@@ -140,40 +138,3 @@ def exposures_and_cva(plan, model, counterparty, levels, estimator, pfe_quantile
         summary.update({"dva": float(dva["estimate"]), "dva_stderr": float(dva["stderr"]),
                         "dva_ci_low": float(dva["ci_low"]), "dva_ci_high": float(dva["ci_high"])})
     return prof, summary, g(fine)
-
-
-def cva_allocations(levels, netted, plan, model, counterparty, estimator, own=None, members=None,
-                    collateral=None) -> list[dict]:
-    """Per contract, its Euler contribution to the netting set's CVA from the value cube's levels (sets,
-    paths, contracts, dates) and their ``netted`` values P (sets, paths, dates), net of collateral where a CSA
-    applies: (1 - R) sum_k D(t_k) q_k E[(q_i V_i(t_k) - c_i(t_k)) 1{P(t_k) > 0}], by the same estimator; with
-    our own credit also to the DVA, on -(q_i V_i - c_i) 1{P < 0} with the DVA's weights. ``collateral``: per
-    level, each member's share c_i (sets, paths, members, dates) of the collateral
-    (:func:`cva.xva.collateral.trade_collateral`), none without a CSA. They sum to the CVA (DVA), as
-    P^+ = sum_i (q_i V_i - c_i) 1{P > 0} path by path, up to rounding. ``members``: the netting set's contracts
-    (default all)."""
-    w_dva = None
-    if own is None:
-        w = (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
-            counterparty.curve.default_probabilities(plan.dates)
-    else:
-        w, w_dva = bilateral_weights(plan.dates, model.rate, counterparty, own)
-    cols = plan.exposure_cols
-    out = []
-    for k, i in enumerate(range(len(plan.contracts)) if members is None else members):
-        c = plan.contracts[i]
-        row = {"contract": c.name, "quantity": c.quantity}
-        for name, side, weights in (("cva", 1.0, w), ("dva", -1.0, w_dva)):
-            if weights is None:
-                continue
-            parts = []
-            for li, (lv, P) in enumerate(zip(levels, (n.sets for n in netted), strict=True)):
-                own_value = c.quantity * lv.sets[..., i, cols]
-                if collateral is not None:
-                    own_value = own_value - collateral[li][..., k, :]
-                parts.append(replace(lv, sets=side * own_value * (side * P > 0)))
-            est = combine(parts, lambda X, weights=weights: X @ weights, estimator)
-            row.update({f"{name}_allocation": float(est["estimate"]),
-                        f"{name}_allocation_stderr": float(est["stderr"])})
-        out.append(row)
-    return out
