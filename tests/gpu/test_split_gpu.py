@@ -68,3 +68,31 @@ def test_a_desk_on_the_gpu_matches_the_cpu(tmp_path):
         for asset, (value, se) in cpu[family].items():
             assert abs(gpu[family][asset][0] - value) < 0.2 * se + 1e-12, (family, asset, gpu[family][asset], value)
     assert abs(gpu["rho"][0] - cpu["rho"][0]) < 0.2 * cpu["rho"][1]
+
+
+def test_one_netting_set_on_the_gpu_matches_the_cpu(tmp_path):
+    """A ``portfolio:`` + ``counterparty:`` run under a CSA with our own credit and sensitivities, float64: its cube
+    aggregated on the device (:class:`cva.xva.desk.Book`) and its bumped markets valued there
+    (:class:`cva.xva.sensitivities.BumpedDesk`) give the CPU's numbers to rounding, but for exercise ties."""
+    import cva
+
+    cfg = {"run": {"name": "one", "seed": 4, "dtype": "float64"},
+           "market": {"spot": [100.0, 95.0], "vol": [0.2, 0.3], "rate": 0.03, "correlation": 0.4},
+           "portfolio": [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 100.0,
+                          "maturity": 1.0, "exercise_dates": 4},
+                         {"style": "european", "payoff": "call", "underlying": "basket", "strike": 95.0,
+                          "maturity": 1.0, "quantity": -1.0}],
+           "counterparty": {"recovery": 0.4, "hazard_rate": 0.02}, "own_credit": {"recovery": 0.4, "hazard_rate": 0.01},
+           "csa": {"threshold": 1.0, "margin_period_of_risk": "10d"},
+           "simulation": {"dates": 4, "outer_paths": 256, "inner_paths": 64, "pricing_paths": 1000},
+           "sensitivities": {"spot": 0.01, "rate": 0.0001}}
+    cpu, gpu = (cva.run({**cfg, "output": {"dir": str(tmp_path / b)}}, backend=b, progress=False)
+                for b in ("cpu", "gpu"))
+    assert abs(gpu.cva - cpu.cva) < 0.05 * cpu.stderr
+    assert abs(gpu.summary["dva"] - cpu.summary["dva"]) < 0.05 * cpu.summary["dva_stderr"]
+    assert sum(t["cva_allocation"] for t in gpu.summary["trades"]) == pytest.approx(gpu.cva, rel=1e-10)
+    for key in ("asset 0", "asset 1"):
+        value, se = cpu.summary["sensitivities"]["delta"][key]
+        assert abs(gpu.summary["sensitivities"]["delta"][key][0] - value) < 0.2 * se + 1e-12, key
+    assert abs(gpu.summary["sensitivities"]["rho"][0] - cpu.summary["sensitivities"]["rho"][0]) < \
+        0.2 * cpu.summary["sensitivities"]["rho"][1]
