@@ -103,7 +103,8 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
                     or chunk_size(plan, model.d, dtype.itemsize, xp, n_workers))
         manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
-                    "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg)}
+                    "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg),
+                    "chunk_values": rundir.CHUNK_VALUES}
         if resume:
             rundir.check_resumable(out_dir, old, manifest)
             if rundir.read_summary_status(out_dir) == "complete":

@@ -116,6 +116,23 @@ def test_a_chunk_of_another_run_is_refused_on_resume(tmp_path, monkeypatch):
         cva.run(a, resume=True, progress=False)
 
 
+def test_chunks_of_another_format_are_refused_on_resume(tmp_path, monkeypatch):
+    """A run directory whose run.json does not say its chunks hold the netting-set aggregate (one written when the
+    chunks held the value cube itself) is refused in one line, not read."""
+    a = _config(tmp_path, "a")
+    original = _interrupt_at(monkeypatch, nested, "chunk_values", 3)
+    with pytest.raises(KeyboardInterrupt):
+        cva.run(a, chunk=60, progress=False)
+    monkeypatch.setattr(nested, "chunk_values", original)
+    manifest = tmp_path / "a" / rundir.MANIFEST
+    old = json.loads(manifest.read_text())
+    assert old["chunk_values"] == rundir.CHUNK_VALUES
+    del old["chunk_values"]
+    manifest.write_text(json.dumps(old))
+    with pytest.raises(rundir.ResumeError, match="chunk_values was None, now 'netting-set aggregate'"):
+        cva.run(a, resume=True, progress=False)
+
+
 def test_a_failed_write_names_the_file_and_leaves_no_temporary(tmp_path, monkeypatch, capsys):
     cfg = _config(tmp_path, "disk")
     path = tmp_path / "c.yaml"

@@ -170,6 +170,11 @@ def read_manifest(path: Path) -> dict:
     return old
 
 
+#: What a chunk file holds (run.json's ``chunk_values``): the aggregate of :meth:`cva.xva.desk.Book.aggregate`.
+#: A run directory whose chunks hold something else (the value cube itself, before) cannot be resumed.
+CHUNK_VALUES = "netting-set aggregate"
+
+
 def check_resumable(out_dir: Path, old: dict, manifest: dict):
     """A :class:`ResumeError` naming what differs between the interrupted run's manifest and this one."""
     keys = []
