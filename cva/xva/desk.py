@@ -41,7 +41,7 @@ class Book:
             self.set_of[list(e.members)] = j
         self.estimator = cfg.simulation.estimator
         S, C, V = len(self.entries), len(plan.contracts), len(plan.value_index)
-        # netting in the order of :func:`net`, per value column: pads take contract 0 with quantity 0 (adds +-0)
+        # netting in the netting order (plan.netting_order) per value column: pads take contract 0 with quantity 0
         lists = [[[c for c in self.order[k] if c in mine] for k in range(V)]
                  for mine in (set(e.members) for e in self.entries)]
         width = max(1, max(len(m) for row in lists for m in row))
