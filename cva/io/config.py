@@ -892,8 +892,8 @@ class DeskCounterparty(Counterparty):
 
 class Sensitivities(_Section):
     """``sensitivities``: the CVA's derivatives by central differences with common random numbers (the bumped
-    runs use the same keyed streams and, for mlmc, the same outer paths per level); a family is computed when
-    its bump is given."""
+    markets are valued in every chunk next to the base, on the same paths, only the trades a bump moves); a
+    family is computed when its bump is given."""
 
     spot: Annotated[Num, Field(gt=0, lt=1)] | None = Field(
         None, description="relative spot bump per asset (e.g. 0.01): dCVA/dS_i")
