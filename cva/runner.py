@@ -123,7 +123,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         bar = _progress(None, 0, progress)
         own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
         book = Book(cfg, plan, credits, model, own)                         # each chunk's cube aggregated
-        bumped = BumpedDesk(cfg, plan, model, book, own) if cfg.sensitivities is not None else None
+        bumped = BumpedDesk(cfg, plan, model, book) if cfg.sensitivities is not None else None
         aggregate = book.aggregate if bumped is None else bumped.aggregate  # bumped markets in every chunk
         if cfg.is_desk:
             values, g = book.netted, book.cva_functional(model, own)       # (sets, N, netting sets, K)

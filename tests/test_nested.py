@@ -298,7 +298,7 @@ def test_the_book_nets_the_cube_in_the_order_of_each_date(tmp_path):
 
 
 @pytest.mark.parametrize("estimator", ["extrapolated", "mlmc", "plain"])
-def test_cva_allocations_add_up_to_the_cva(tmp_path, estimator):
+def test_allocations_add_up_to_the_cva(tmp_path, estimator):
     """Euler allocation on the value cube: per contract (1 - R) sum_k D q_k E[q_i V_i 1{P > 0}]; the
     allocations sum to the netting set's CVA; trades.csv holds them."""
     port = [{"name": "put", "style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 100.0,

@@ -68,7 +68,7 @@ def test_a_desks_batched_bumps_are_its_whole_bumped_runs(tmp_path):
     valuation with every asset bumped, a basket once per asset: the central differences are those of whole runs
     with one market input bumped at a time (the same paths; the netting-set values equal up to rounding). Covers a
     CSA, our own credit (bilateral weights), a credit curve from CDS spreads (bootstrapped again at the bumped
-    rate) and a vol below its bump (one-sided)."""
+    rate), a vol below its bump (one-sided) and a basket weight of 0 (its regression still takes that asset)."""
     market = {"spot": [100.0, 90.0, 80.0], "vol": [0.2, 0.3, 0.005], "rate": 0.03, "correlation": 0.3}
     put = {"style": "bermudan", "payoff": "put", "strike": 100.0, "maturity": 1.0, "exercise_dates": 4}
     cps = [{"name": "A", "recovery": 0.4, "cds_spreads": {1: 0.01, 2: 0.015},
@@ -76,7 +76,8 @@ def test_a_desks_batched_bumps_are_its_whole_bumped_runs(tmp_path):
                                                           {**put, "underlying": {"asset": 1}, "strike": 90.0,
                                                            "quantity": -1.0}]},
                              {"name": "a2", "csa": {"threshold": 1.0, "margin_period_of_risk": "10d"},
-                              "portfolio": [{**put, "underlying": "basket", "strike": 90.0, "quantity": 2.0},
+                              "portfolio": [{**put, "underlying": "basket", "weights": [1.0, 1.0, 0.0],
+                                             "strike": 90.0, "quantity": 2.0},
                                             {"style": "european", "payoff": "call", "underlying": {"asset": 2},
                                              "strike": 80.0, "maturity": 1.0}]}]},
            {"name": "B", "recovery": 0.3, "hazard_rate": 0.03,

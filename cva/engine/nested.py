@@ -99,11 +99,11 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     (2^(splits + 1) - 1, Lc, C, K) of each contract's value (one unit, 0 once exercised or matured) at each
     exposure date, from ``inner_paths`` inner paths (default the plan's), then from each half of the same
     inner paths, each quarter, ... (``splits`` times halved; the antithetic multilevel corrections of
-    :mod:`cva.engine.estimators`), each with its own exercise decisions. Netting is done on the cube
-    (:func:`cva.engine.plan.net`), as ORE's aggregation of its NPV cube; ``aggregate(cube, revalue)`` (e.g.
-    :meth:`cva.xva.desk.Book.aggregate`) does it on the device where the cube was computed, before it leaves,
-    and its result is returned instead; ``revalue(plan, model)`` gives it the cube of the same chunk for other
-    contracts or another market (the bumped markets of :mod:`cva.xva.sensitivities`).
+    :mod:`cva.engine.estimators`), each with its own exercise decisions, at every value date (the exposure
+    dates and the CSAs' margin dates). With ``aggregate(cube, revalue)`` (a run's: :meth:`cva.xva.desk.Book.aggregate`,
+    ORE's aggregation of its NPV cube) the cube is reduced on the device where it was computed, before it leaves,
+    and the aggregate is returned instead; ``revalue(plan, model)`` gives the aggregate the cube of the same chunk
+    for other contracts or another market (the bumped markets of :mod:`cva.xva.sensitivities`).
 
     The solver memory is per system (``SolverMemory(per_system=True)``) and keyed by contract and
     regression date: each outer path's regression at exercise date t_j starts, at the next

@@ -147,9 +147,9 @@ def level_specs(cfg) -> list[tuple[int, int]]:
 
 
 def netting_order(plan) -> list[list[int]]:
-    """Per exposure date, the contracts alive there in the order their values were summed before the value
-    cube existed (those valued at the node first, then those valued by inner paths, each by index), so that
-    :func:`net` gives those sums bit for bit."""
+    """Per value date, the contracts alive there in the order their values were summed before the value cube
+    existed (those valued at the node first, then those valued by inner paths, each by index), so that the
+    netting of :meth:`cva.xva.desk.Book.gross` gives those sums bit for bit."""
     order = []
     for g in (int(i) for i in plan.value_index):
         first, later = [], []

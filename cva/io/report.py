@@ -137,8 +137,9 @@ add up to the CVA.</p>
 {% for fam, sym in (("rho", "r"), ("cs01", "&lambda;")) %}{% if s.sensitivities.get(fam) %}
 <tr><td>dCVA / d{{ sym|safe }}</td><td>{{ "%.6g"|format(s.sensitivities[fam][0]) }}</td>
 <td>{{ "%.3g"|format(s.sensitivities[fam][1]) }}</td></tr>{% endif %}{% endfor %}</table>
-<p class="note">Central differences with common random numbers (the same keyed streams in the bumped runs; the
-hazard bump reweights the base run); the standard errors are those of the paired differences.</p>
+<p class="note">Central differences with common random numbers (the bumped markets valued on the same keyed
+streams, in every chunk next to the base; the hazard bump reweights the base run); the standard errors are those
+of the paired differences.</p>
 {% endif %}
 <h2 id="levels">Inner-sample bias: the {{ s.estimator }} estimator</h2>
 <p class="note">Each level's outer paths value the netting set from M inner paths and from the two halves

@@ -1,9 +1,8 @@
 """CVA sensitivities by central differences with common random numbers (Glasserman, "Monte Carlo Methods in
 Financial Engineering", section 7.1): each bumped market draws the same keyed streams, so the per-path
 differences are small and their standard error is that of the difference, not of two independent runs.
-A hazard bump reweights the base run's values. Spot, vol and rate bumps value the trades again: for a desk
-(:class:`BumpedDesk`) in every chunk next to the base, only the trades a bump moves; for a single netting set
-(:func:`sensitivities`) as whole runs of the engine."""
+A hazard bump reweights the base run's values (:func:`cs01`). Spot, vol and rate bumps value the trades again,
+in every chunk next to the base and only the trades a bump moves (:class:`BumpedDesk`)."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ class BumpedDesk:
     base's plus q_c (v_c' - v_c) over the trades c it moves (v' their bumped values), then collateral and the CVA
     weights (the bumped rate's discount and credit curves for a rate scenario) as for the base."""
 
-    def __init__(self, cfg, plan, model, book, own=None):
+    def __init__(self, cfg, plan, model, book):
         self.book, self.bumps, self.estimator = book, cfg.sensitivities, cfg.simulation.estimator
         C = len(plan.contracts)
         self.set_of = book.set_of
@@ -43,8 +42,8 @@ class BumpedDesk:
         base_w = weights(model)
         single = [[c for c in range(C) if plan.contracts[c].underlying == "asset" and plan.contracts[c].asset == i]
                   for i in range(model.d)]
-        several = [[c for c in range(C) if plan.contracts[c].underlying != "asset" and _depends(plan.contracts[c], i)]
-                   for i in range(model.d)]
+        # a contract on several assets regresses on every asset (a basket weight of 0 too): each asset moves it
+        several = [[c for c in range(C) if plan.contracts[c].underlying != "asset"]] * model.d
         self.passes, self.scenarios, self.rows = [], [], []      # (plan, model); (pass trades, weights); result rows
 
         trades_of = []                                             # per pass, its trades' base indices
@@ -97,34 +96,32 @@ class BumpedDesk:
             self.rows.append(("rho", None, ends[0], ends[1], 2 * h))
         self._position = [{c: k for k, c in enumerate(t)} for t in trades_of]      # a pass's trades: their places
         self.counterparties = book.counterparties
-        self.width = book.width + len(self.scenarios) * len(self.counterparties)
 
     def aggregate(self, cube, revalue):
-        """The base aggregate and the scenarios' per-path CVA per counterparty, (sets, L, W); each pass valued by
-        ``revalue`` and folded into its scenarios before the next, the last pass of a scenario ends it."""
+        """The base aggregate and the scenarios' per-path CVA per counterparty, (sets, L, W). Each pass is valued by
+        ``revalue`` and kept while a scenario still to come needs it; a scenario is built when its last pass is
+        in, so that one copy of the netting-set values lives at a time."""
         xp = get_array_module(cube)
         book = self.book
         P = book.gross(cube)
         out = [book.aggregate(cube, P=P)]
-        last = {s: max((p for p, _ in moved), default=-1) for s, (moved, _) in enumerate(self.scenarios)}
-        values, done = {}, {}
-        for s in (s for s, end in last.items() if end < 0):
+        last = [max((p for p, _ in moved), default=-1) for moved, _ in self.scenarios]
+        keep = {p: max((last[s] for s, (moved, _) in enumerate(self.scenarios) if any(q == p for q, _ in moved)),
+                       default=p) for p in range(len(self.passes))}          # the last pass that needs pass p
+        kept, done = {}, {}
+        for s in (s for s, end in enumerate(last) if end < 0):
             done[s] = self._cva(P, s, xp)
         for p, (plan, model) in enumerate(self.passes):
-            bumped = revalue(plan, model)
-            for s, (moved, _) in enumerate(self.scenarios):
-                for q, trades in moved:
-                    if q != p:
-                        continue
-                    if s not in values:
-                        values[s] = P.copy()
-                    Ps = values[s]
+            kept[p] = revalue(plan, model)
+            for s in (s for s, end in enumerate(last) if end == p):
+                Ps = P.copy()
+                for q, trades in self.scenarios[s][0]:
                     for c in trades:                                   # a fixed order of terms
-                        k = self._position[p][c]
-                        Ps[:, :, self.set_of[c], :] += self.quantities[c] * (bumped[:, :, k, :] - cube[:, :, c, :])
-                if last[s] == p:
-                    done[s] = self._cva(values.pop(s, P), s, xp)
-            bumped = None
+                        k = self._position[q][c]
+                        Ps[:, :, self.set_of[c], :] += self.quantities[c] * (kept[q][:, :, k, :] - cube[:, :, c, :])
+                done[s] = self._cva(Ps, s, xp)
+            for q in [q for q in kept if keep[q] <= p]:
+                del kept[q]
         cols = [done[s][..., k] for s in range(len(self.scenarios)) for k in range(len(self.counterparties))]
         return xp.concatenate(out + ([xp.stack(cols, axis=-1)] if cols else []), axis=-1)
 
@@ -146,7 +143,7 @@ class BumpedDesk:
 
     def result(self, levels, netted, functional, floors) -> dict:
         """``{counterparty: {"delta": {asset: [value, stderr]}, "vega": {...}, "rho": [...], "cs01": [...]}}`` from
-        the levels of the chunks' aggregates and the base's ``netted`` levels (CS01, as :func:`sensitivities`)."""
+        the levels of the chunks' aggregates and the base's ``netted`` levels (CS01: :func:`cs01`)."""
         n = len(self.counterparties)
         out = {k: {} for k in self.counterparties}
         for family, label, up, down, width in self.rows:
@@ -179,11 +176,6 @@ def _cva_weights(plan, model, counterparty, own):
         return bilateral_weights(plan.dates, model.rate, counterparty, own)[0]
     return (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
         counterparty.curve.default_probabilities(plan.dates)
-
-
-def _depends(contract, i) -> bool:
-    """Whether a contract on several assets moves with asset i (a basket weight of 0 does not)."""
-    return contract.underlying != "basket" or contract.weights is None or contract.weights[i] != 0
 
 
 def _subplan(plan, trades):
