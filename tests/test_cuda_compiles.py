@@ -9,7 +9,8 @@ import pytest
 
 CUDA_DIR = Path(__file__).resolve().parents[1] / "linalg_gpu" / "cuda"
 ENGINE_DIR = Path(__file__).resolve().parents[1] / "cva" / "engine" / "cuda"
-CUDA_DIRS = (CUDA_DIR, Path(__file__).resolve().parents[1] / "cva" / "market" / "cuda", ENGINE_DIR)
+MARKET_DIR = Path(__file__).resolve().parents[1] / "cva" / "market" / "cuda"
+CUDA_DIRS = (CUDA_DIR, MARKET_DIR, ENGINE_DIR)
 NVCC = shutil.which("nvcc")
 
 
@@ -38,6 +39,7 @@ INSTANCES = {
     "strided_gram.cu": ["concat_gram<float>", "concat_gram<double>"],
     ENGINE_DIR / "laguerre_lsm.cu": ["laguerre_normal_equations<double, 4>", "laguerre_normal_equations<float, 5>",
                                      "laguerre_fitted<double, 5>", "laguerre_fitted<float, 4>"],
+    MARKET_DIR / "lognormal_paths.cu": ["lognormal_paths<float>", "lognormal_paths<double>"],
 }
 
 

@@ -169,13 +169,12 @@ class BlackScholes:
         if z.shape[-1] != self.n_normals:
             raise ValueError(f"z must have {self.n_normals} normals per step (its last axis), got {z.shape[-1]}")
         drift = (self.rate - self.dividend - 0.5 * self.vol**2)[None, :] * h[:, None]       # (T, d)
-        if self.loading is None and np.array_equal(self.correlation, np.eye(self.d)):
-            w, scale = z, self.vol                                                     # independent assets
-        else:
-            w, scale = z @ xp.asarray(self.square_root() * self.vol[:, None], dtype=dt).T, None
+        independent = self.loading is None and np.array_equal(self.correlation, np.eye(self.d))
+        mix = None if independent else self.square_root() * self.vol[:, None]          # (d, k)
         start = xp.asarray(start, dtype=dt)
-        if xp is not np:
-            return _paths_gpu(w, start, scale, np.sqrt(h), drift)
+        if xp is not np:                                   # the kernel mixes the normals itself, in a fixed order
+            return _paths_gpu(z, start, self.vol if independent else None, mix, np.sqrt(h), drift, self.d)
+        w, scale = (z, self.vol) if independent else (z @ mix.astype(dt).T, None)
         dlog = w * np.sqrt(h)[:, None].astype(dt) + drift.astype(dt) if scale is None else \
             w * (scale[None, :] * np.sqrt(h)[:, None]).astype(dt) + drift.astype(dt)     # (..., T, d)
         return start[..., None, :] * np.exp(np.cumsum(dlog, axis=-2))                   # (..., T, d)
@@ -225,15 +224,16 @@ def _pairs(first, count, dtype, xp):
             xp.asarray((1 - 2 * (i % 2)).astype(dtype)))
 
 
-def _paths_gpu(w, start, scale, sqrt_h, drift):
-    """The CUDA twin of the numpy branch of :meth:`BlackScholes.paths` (``cuda/lognormal_paths.cu``)."""
+def _paths_gpu(z, start, scale, mix, sqrt_h, drift, d):
+    """The CUDA twin of the numpy branch of :meth:`BlackScholes.paths` (``cuda/lognormal_paths.cu``): z (..., T, k)
+    the independent normals, ``mix`` (d, k) their mixing (None: independent assets, ``scale`` their vols)."""
     import cupy as cp
 
     from linalg_gpu._kernels import get_function
 
-    dt = w.dtype
-    T, d = w.shape[-2], w.shape[-1]
-    batch = w.shape[:-2]
+    dt = z.dtype
+    T, k_normals = z.shape[-2], z.shape[-1]
+    batch = z.shape[:-2]
     sp = start.reshape((1,) * (len(batch) + 1 - start.ndim) + start.shape)           # batch ndim + 1 axes
     k = len(batch)
     while k > 0 and sp.shape[k - 1] == 1:                                              # start varies on batch[:k]
@@ -242,14 +242,15 @@ def _paths_gpu(w, start, scale, sqrt_h, drift):
     n_inner = int(np.prod(batch, dtype=np.int64)) // max(n_outer, 1)
     st = cp.ascontiguousarray(cp.broadcast_to(sp[(slice(None),) * k + (0,) * (len(batch) - k)], batch[:k] + (d,))
                               .reshape(n_outer, d), dtype=dt)
-    w4 = cp.ascontiguousarray(w)
-    S = cp.empty_like(w4)
+    z4 = cp.ascontiguousarray(z)
+    S = cp.empty(batch + (T, d), dtype=dt)
     fn = get_function("lognormal_paths.cu", "lognormal_paths", dt, cuda_dir=CUDA_DIR)
     total = n_outer * n_inner * d
     blocks = int(min(65535, -(-total // 256)))
     sc = np.ones(d) if scale is None else scale
+    mx = cp.asarray(sc if mix is None else mix, dtype=dt)                 # (unread without mixing)
     if blocks:
-        fn((blocks,), (256,), (S, w4, st, cp.asarray(sc, dtype=dt), cp.asarray(sqrt_h, dtype=dt),
+        fn((blocks,), (256,), (S, z4, st, cp.asarray(sc, dtype=dt), mx, cp.asarray(sqrt_h, dtype=dt),
                               cp.asarray(drift, dtype=dt), np.uint64(n_outer), np.uint64(n_inner), np.int32(T),
-                              np.int32(d)))
+                              np.int32(d), np.int32(k_normals), np.int32(mix is not None)))
     return S

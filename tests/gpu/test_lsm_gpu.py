@@ -274,10 +274,10 @@ def test_matrix_vector_products_do_not_depend_on_the_batch(rng, dtype, shape):
 
 def test_value_cube_does_not_depend_on_the_chunk_size():
     """The engine's value cube of the first outer paths from a chunk of 4096 and from one of 2048: bitwise the
-    same (a Bermudan put on one asset of a two-asset market, 128 inner paths, the halves of the extrapolated
-    estimator; every batched product and solve of the run was traced bitwise, benchmarks/tools/trace_chunk_bits.py).
-    With a second Bermudan, a call on the other asset, one value of 147456 still differs in its last bit (H100);
-    its source is not found (docs/development.md)."""
+    same. Two Bermudans on the two assets of a correlated market, 128 inner paths, the halves of the
+    extrapolated estimator. (The second asset's paths once differed in their last bits between the chunk
+    sizes: cuBLAS mixed the correlated normals with kernels chosen by the batch size; the path kernel now mixes
+    them in a fixed order.)"""
     from cva.engine import nested
     from cva.engine.plan import build_plan
     from cva.io.config import load_config
@@ -286,6 +286,8 @@ def test_value_cube_does_not_depend_on_the_chunk_size():
         "run": {"name": "bits", "seed": 1, "backend": "gpu", "dtype": "float32"},
         "market": {"spot": [100.0, 90.0], "vol": [0.2, 0.3], "rate": 0.05, "correlation": 0.3},
         "portfolio": [{"style": "bermudan", "payoff": "put", "underlying": {"asset": 0}, "strike": 100.0,
+                       "maturity": 1.0, "exercise_dates": 12},
+                      {"style": "bermudan", "payoff": "call", "underlying": {"asset": 1}, "strike": 90.0,
                        "maturity": 1.0, "exercise_dates": 12}],
         "counterparty": {"recovery": 0.4, "hazard_rate": 0.02},
         "simulation": {"dates": 12, "outer_paths": 4096, "inner_paths": 128, "basis": "linear"}})
@@ -293,6 +295,21 @@ def test_value_cube_does_not_depend_on_the_chunk_size():
     big, small = (nested.chunk_values(cfg, plan, model, cp, 0, n, nested.DateStats(len(plan.grid)), None, splits=1)
                   for n in (4096, 2048))
     assert np.array_equal(big[:, :2048], small)
+
+
+@pytest.mark.parametrize("loading", [False, True])
+def test_correlated_paths_do_not_depend_on_the_batch(loading):
+    """Correlated (or factor-driven) paths of the first 2048 outer keys: bitwise the same drawn with 4096."""
+    from cva.market.factors import klt_factors
+
+    C = np.full((6, 6), 0.4) + 0.6 * np.eye(6)
+    B = klt_factors(C, 3).loading if loading else None
+    m = BlackScholes(spot=np.linspace(50, 150, 6), vol=np.linspace(0.1, 0.4, 6), dividend=0.0, rate=0.03,
+                     correlation=B @ B.T if loading else C, loading=B)
+    times = np.linspace(0.0, 1.0, 9)
+    big, small = (m.sample(times, 64, seed=3, purpose="inner", outer=(0, n), dtype=np.float32, xp=cp)
+                  for n in (4096, 2048))
+    assert bool(cp.array_equal(big[:2048], small))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
