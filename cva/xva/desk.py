@@ -41,13 +41,15 @@ class Book:
             self.set_of[list(e.members)] = j
         self.estimator = cfg.simulation.estimator
         S, C, V = len(self.entries), len(plan.contracts), len(plan.value_index)
-        # netting in the netting order (plan.netting_order) per value column: pads take contract 0 with quantity 0
+        # netting in the netting order (plan.netting_order) per value column; a pad adds 0 x the netting set's
+        # first trade (+-0: the same sums, and no other netting set's value can reach it)
         lists = [[[c for c in self.order[k] if c in mine] for k in range(V)]
                  for mine in (set(e.members) for e in self.entries)]
         width = max(1, max(len(m) for row in lists for m in row))
         self._index = np.zeros((width, S, V), dtype=np.int64)
         self._weight = np.zeros((width, S, V), dtype=np.float64)
         for j, row in enumerate(lists):
+            self._index[:, j, :] = self.entries[j].members[0] if self.entries[j].members else 0
             for k, members in enumerate(row):
                 self._index[:len(members), j, k] = members
                 self._weight[:len(members), j, k] = [self.quantities[c] for c in members]
