@@ -53,17 +53,13 @@ class Book:
             for k, members in enumerate(row):
                 self._index[:len(members), j, k] = members
                 self._weight[:len(members), j, k] = [self.quantities[c] for c in members]
-        self.sides = [("cva", 1.0, [self._weights(model, e, own)[0] for e in self.entries])]
+        weights = [measures.exposure_weights(plan.dates, model.rate, credits[e.counterparty], own)
+                   for e in self.entries]
+        self.sides = [("cva", 1.0, [w for w, _ in weights])]
         if own is not None:
-            self.sides.append(("dva", -1.0, [self._weights(model, e, own)[1] for e in self.entries]))
+            self.sides.append(("dva", -1.0, [w for _, w in weights]))
         K = len(plan.exposure_index)
         self.width = 2 * S * K + len(self.sides) * C
-
-    def _weights(self, model, e, own):
-        cp, dates = self.credits[e.counterparty], self.plan.dates
-        if own is None:
-            return ((1.0 - cp.recovery) * np.exp(-model.rate * dates) * cp.curve.default_probabilities(dates), None)
-        return measures.bilateral_weights(dates, model.rate, cp, own)
 
     def gross(self, cube):
         """(sets, L, S, V): the netting sets' values at every value date of the cube (sets, L, C, V), no collateral;
@@ -95,21 +91,20 @@ class Book:
         raw = P[..., cols]                                                               # (sets, L, S, K)
         net = self.exposed(P)
         parts = [net.reshape(net.shape[:2] + (S * K,)), raw.reshape(raw.shape[:2] + (S * K,))]
-        for _, side, weights in self.sides:
-            out = xp.zeros(cube.shape[:3], dtype=np.float64)                            # (sets, L, C)
-            for j, e in enumerate(self.entries):
-                members = list(e.members)
-                own = xp.asarray(np.asarray(self.quantities)[members])[:, None] * cube[:, :, members][..., cols]
-                if e.csa is not None:
-                    own = own - self._shares(cube, P[..., j, :], members, e.csa, self.margins[j], xp)
+        outs = [xp.zeros(cube.shape[:3], dtype=np.float64) for _ in self.sides]         # (sets, L, C) per side
+        for j, e in enumerate(self.entries):
+            members = list(e.members)
+            own = xp.asarray(np.asarray(self.quantities)[members])[:, None] * cube[:, :, members][..., cols]
+            if e.csa is not None:
+                own = own - self._shares(cube, P[..., j, :], members, e.csa, self.margins[j], xp)
+            for out, (_, side, weights) in zip(outs, self.sides, strict=True):
                 X = side * own * (side * net[..., j, None, :] > 0)                       # (sets, L, members, K)
                 w = weights[j]
                 acc = X[..., 0] * w[0]
                 for k in range(1, K):                                                   # a fixed order of terms
                     acc = acc + X[..., k] * w[k]
                 out[:, :, members] = acc
-            parts.append(out)
-        return xp.concatenate(parts, axis=-1)
+        return xp.concatenate(parts + outs, axis=-1)
 
     def _shares(self, cube, P, members, csa, margin_cols, xp):
         """Each member's share (sets, L, members, K) of the collateral (Pykhtin & Rosen, :mod:`cva.xva.collateral`)

@@ -80,6 +80,15 @@ def bilateral_weights(dates, rate, counterparty, own):
     return w_cva, w_dva
 
 
+def exposure_weights(dates, rate, counterparty, own=None):
+    """(w_cva, w_dva): the weights of E^+ and E^- at each exposure date, (1 - R) D(t_k) (S(t_{k-1}) - S(t_k)) without
+    our own credit (w_dva None), else :func:`bilateral_weights`."""
+    if own is None:
+        q = counterparty.curve.default_probabilities(dates)
+        return (1.0 - counterparty.recovery) * np.exp(-rate * dates) * q, None
+    return bilateral_weights(dates, rate, counterparty, own)
+
+
 def cva_functional(plan, model, counterparty, own=None):
     """g(P): the per-path CVA contributions of the values P (N, K); with our own credit ``own``, the
     first-to-default (bilateral) CVA of :func:`bilateral_weights`."""

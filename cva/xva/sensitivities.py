@@ -12,7 +12,7 @@ import numpy as np
 
 from cva.engine.estimators import combine
 from cva.xva.credit import Counterparty
-from cva.xva.measures import bilateral_weights
+from cva.xva.measures import exposure_weights
 from linalg_gpu._backend import get_array_module
 
 
@@ -29,15 +29,13 @@ class BumpedDesk:
     def __init__(self, cfg, plan, model, book):
         self.book, self.bumps, self.estimator = book, cfg.sensitivities, cfg.simulation.estimator
         C = len(plan.contracts)
-        self.set_of = book.set_of
-        self.quantities = np.asarray(book.quantities, dtype=np.float64)
         credit = {e.counterparty: e.credit for e in book.entries}
         own_config = cfg.own_credit
 
         def weights(m):                                            # (S, K) CVA weights of the market m
             cps = {name: Counterparty.from_config(c, m.rate) for name, c in credit.items()}
             me = None if own_config is None else Counterparty.from_config(own_config, m.rate)
-            return np.stack([_cva_weights(plan, m, cps[e.counterparty], me) for e in book.entries])
+            return np.stack([exposure_weights(plan.dates, m.rate, cps[e.counterparty], me)[0] for e in book.entries])
 
         base_w = weights(model)
         single = [[c for c in range(C) if plan.contracts[c].underlying == "asset" and plan.contracts[c].asset == i]
@@ -118,7 +116,7 @@ class BumpedDesk:
                 for q, trades in self.scenarios[s][0]:
                     for c in trades:                                   # a fixed order of terms
                         k = self._position[q][c]
-                        Ps[:, :, self.set_of[c], :] += self.quantities[c] * (kept[q][:, :, k, :] - cube[:, :, c, :])
+                        Ps[:, :, book.set_of[c], :] += book.quantities[c] * (kept[q][:, :, k, :] - cube[:, :, c, :])
                 done[s] = self._cva(Ps, s, xp)
             for q in [q for q in kept if keep[q] <= p]:
                 del kept[q]
@@ -168,14 +166,6 @@ def cs01(h, netted, functional, floors, name, estimator):
     g_up, g_down = functional(name, h), functional(name, shift)
     est = combine(netted, lambda X: g_up(X) - g_down(X), estimator)
     return [float(est["estimate"]) / width, float(est["stderr"]) / width]
-
-
-def _cva_weights(plan, model, counterparty, own):
-    """(K,) the CVA's weight of each exposure date's E^+ (:mod:`cva.xva.measures`)."""
-    if own is not None:
-        return bilateral_weights(plan.dates, model.rate, counterparty, own)[0]
-    return (1.0 - counterparty.recovery) * np.exp(-model.rate * plan.dates) * \
-        counterparty.curve.default_probabilities(plan.dates)
 
 
 def _subplan(plan, trades):
