@@ -151,6 +151,9 @@ def test_breakdown_flagged_and_isolated(rng, n, dtype):
     the seed, the factorization reads no uninitialized memory (np.empty'd D, z and outputs are written before
     they are read), keeps no state between calls and does not write to A (checked below); an SPD system's
     pivots are >= lambda_min = 0.1 against a breakdown threshold n eps max|a_ii| <= 3.6e-7 at [3-float32].
+    It came back once more in a fresh clone's full suite (2026-11-28, [3-float32], system 3 alone): all three
+    pivots were replaced by max|a_ii|, so the first was flagged already, where D_00 = a_00 less the product over
+    an empty k; the factorization no longer forms that product (nor the substitution its empty twin).
     The asserts say what they saw, should it come back."""
     A, expect_ok = _breakdown_batch(rng, n, dtype)
     A0 = A.copy()

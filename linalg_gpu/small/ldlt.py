@@ -33,8 +33,11 @@ def _ldlt_factor_bl(A):
     idx = np.arange(n)
     L[idx, idx] = 1
     for j in range(n):
-        w = L[j, :j] * D[:j]                                            # (j, c): L_jk D_kk
-        v = A[j:, j] - np.einsum("mkc,kc->mc", L[j:, :j], w)            # (n-j, c); v[0] = D_jj
+        if j:                                                           # (no product over an empty k)
+            w = L[j, :j] * D[:j]                                        # (j, c): L_jk D_kk
+            v = A[j:, j] - np.einsum("mkc,kc->mc", L[j:, :j], w)        # (n-j, c); v[0] = D_jj
+        else:
+            v = A[:, 0].copy()
         dj = v[0]
         bad = ~(dj > tol)                                               # also catches NaN
         if bad.any():
@@ -49,7 +52,8 @@ def _ldlt_substitute_bl(L, D, b):
     """Solve L D L^T x = b for a batch-last block. L (n, n, c), D (n, c), b (n, r, c) -> x (n, r, c)."""
     n = L.shape[0]
     z = np.empty_like(b)
-    for j in range(n):                                                  # L z = b
+    z[0] = b[0]
+    for j in range(1, n):                                               # L z = b
         z[j] = b[j] - np.einsum("kc,krc->rc", L[j, :j], z[:j])
     z /= D[:, None, :]                                                  # D y = z
     x = z
