@@ -23,6 +23,9 @@ from ._backend import get_array_module
 
 #: Matrix products with up to this many columns in ``b`` go to ``cuda/strided_gemv.cu`` (sums in a fixed order).
 FIXED_ORDER_COLUMNS = 4
+#: Gram matrices of up to this many columns (n = d + e) take a warp per set (``concat_gram_small``), more take
+#: 32 x 32 tiles per block (``concat_gram``).
+SMALL_GRAM_COLUMNS = 6
 
 
 def _rows(a):
@@ -123,12 +126,19 @@ def concat_gram(s, f=None, weights=None, *, alpha=1.0, rows=None):
         z = s if f is None else xp.concatenate([s, f.astype(s.dtype, copy=False)], axis=2)
         zw = z if weights is None else z * weights.astype(s.dtype, copy=False)[..., None]
         return (zw[..., :rows].transpose(0, 2, 1) @ z) * s.dtype.type(alpha)
-    from ._kernels import get_function
+    from ._kernels import get_function, grid_blocks
 
     lds, ss = strides
     out = xp.empty((B, rows, n), dtype=s.dtype)
     fc = None if f is None else xp.ascontiguousarray(f, dtype=s.dtype)
     wc = None if weights is None else xp.ascontiguousarray(weights, dtype=s.dtype)
+    if n <= SMALL_GRAM_COLUMNS:                                        # a warp per set
+        get_function("strided_gram.cu", "concat_gram_small", s.dtype, n)(
+            (grid_blocks(32 * B, 256),), (256,), (np.uint64(s.data.ptr), np.int64(lds), np.int64(ss), np.int32(d),
+                                                  np.uint64(0) if fc is None else fc, np.int32(e),
+                                                  np.uint64(0) if wc is None else wc, out, np.int64(B), np.int32(M),
+                                                  np.int32(rows), s.dtype.type(alpha)))
+        return out
     tiles = -(-n // 32)
     get_function("strided_gram.cu", "concat_gram", s.dtype)(
         (B, -(-rows // 32) * tiles), (256,), (np.uint64(s.data.ptr), np.int64(lds), np.int64(ss), np.int32(d),

@@ -276,16 +276,19 @@ def test_a_single_asset_bermudan_in_a_correlated_market_is_its_one_asset_model(t
     assert a.stderr < 0.05 * a.cva                                            # a test that can see a difference
 
 
-def test_stacked_regressions_are_bitwise_the_contracts_alone(tmp_path, monkeypatch):
-    """Bermudans on the same asset with the same exercise dates share one Longstaff-Schwartz call (their
-    systems stacked); the value cube and the solver statistics are bitwise those of one call per contract (but
-    for the condition sample, which a stack takes from its first systems)."""
+@pytest.mark.parametrize("basis, payoff_regressor", [("linear", False), ("quadratic", True)])
+def test_stacked_regressions_are_bitwise_the_contracts_alone(tmp_path, monkeypatch, basis, payoff_regressor):
+    """One-asset Bermudans with the same later exercise dates share one Longstaff-Schwartz call (their systems
+    stacked), on the same asset or not (each with its own asset's basis scale); the value cube and the solver
+    statistics are bitwise those of one call per contract (but for the condition sample, which a stack takes from
+    its first systems)."""
     from cva.engine import nested
 
-    port = [{**PUT, "strike": k, "quantity": q} for k, q in ((100.0, 1.0), (90.0, -2.0), (110.0, 1.5))]
-    port += [{**PUT, "payoff": "call", "strike": 100.0}, {**PUT, "underlying": {"asset": 1}},
-             {**PUT, "maturity": 0.5, "exercise_dates": 2}]
+    port = [{**PUT, "strike": 100.0}, {**PUT, "underlying": {"asset": 1}, "strike": 90.0, "quantity": 2.0}]
+    port += [{**PUT, "strike": k, "quantity": q} for k, q in ((90.0, -2.0), (110.0, 1.5))]
+    port += [{**PUT, "payoff": "call", "strike": 100.0}, {**PUT, "maturity": 0.5, "exercise_dates": 2}]
     cfg = _desk(tmp_path, "s", [{"name": "A", "hazard_rate": 0.02, "netting_sets": [{"name": "a", "portfolio": port}]}])
+    cfg["simulation"].update(basis=basis, payoff_regressor=payoff_regressor)
     stacks = []
     original = nested._stacks
 
@@ -296,7 +299,8 @@ def test_stacked_regressions_are_bitwise_the_contracts_alone(tmp_path, monkeypat
 
     monkeypatch.setattr(nested, "_stacks", recorded)
     together = cva.run(cfg, progress=False)
-    assert max(len(s) for s in stacks) == 2                             # d = 2 contracts a stack at most
+    assert max(len(s) for s in stacks) == 2                   # at least d = 2 a stack: this grid's bound
+    assert [0, 1] in stacks                                   # assets 0 and 1 (spots 100 and 95) in one call
     monkeypatch.setattr(nested, "_stacks", lambda plan, inner, g, d: [[ci] for ci in inner])
     alone = cva.run({**cfg, "output": {"dir": str(tmp_path / "alone")}}, progress=False)
     for a, b in zip(together.levels, alone.levels, strict=True):

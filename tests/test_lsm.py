@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from engine_testlib import grouped_lsm_against_alone
 
 from cva.engine import basis
 from cva.engine import lsm as lsm_module
@@ -314,3 +315,10 @@ def test_concat_gram_numpy_twin_and_its_checks(rng):
         strided.concat_gram(s, f, rows=8)
     with pytest.raises(ValueError, match="s must be a float32 or float64 array"):
         strided.concat_gram(s.astype(int))
+
+
+
+@pytest.mark.parametrize("name, payoff_regressor", [("linear", False), ("linear", True), ("quadratic", True)])
+@pytest.mark.parametrize("splits", [0, 1])
+def test_a_scale_per_group_is_each_groups_own_basis(name, payoff_regressor, splits):
+    grouped_lsm_against_alone(np, np.float64, name, payoff_regressor, splits)

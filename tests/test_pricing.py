@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_testlib import black_scholes_columns_against_each_contract
 
 import cva
 
@@ -120,3 +121,9 @@ def test_a_bermudan_on_one_asset_of_several_against_quantlib():
     assert abs(row["price"] - ref) < 4 * row["stderr"] + 0.02, (row["price"], row["stderr"], ref)
     assert row["price_oos"] < ref + 4 * row["stderr_oos"]
     assert row["price_oos"] > ref - 4 * row["stderr_oos"] - 0.05
+
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_black_scholes_columns_are_each_contract(dtype):
+    black_scholes_columns_against_each_contract(np, dtype)

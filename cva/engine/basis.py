@@ -18,6 +18,7 @@ from 26.04 / 25.86 to 26.22 / 26.01 against their 26.15.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,8 +39,10 @@ def basis_size(name: str, d: int, payoff_regressor: bool = False) -> int:
     return p + int(payoff_regressor)
 
 
-def evaluate(name: str, S, scale, payoff=None, order_statistics=False):
-    """psi(S): the regressors, shape S.shape[:-1] + (p,). S (..., d); payoff (...) or None."""
+def evaluate(name: str, S, scale, payoff=None, order_statistics=False, payoff_scale=None):
+    """psi(S): the regressors, shape S.shape[:-1] + (p,). S (..., d); payoff (...) or None; ``scale`` (d,) or an
+    array that broadcasts against S; ``payoff_scale`` the payoff column's divisor (default the mean of
+    ``scale``), a number or an array that broadcasts against ``payoff``."""
     xp = get_array_module(S)
     d = S.shape[-1]
     basis_size(name, d)
@@ -57,13 +60,18 @@ def evaluate(name: str, S, scale, payoff=None, order_statistics=False):
         w = xp.exp(-0.5 * y)
         cols = [one, xp.stack([w, w * (1 - y), w * (1 - 2 * y + 0.5 * y * y)], axis=-1)]
     if payoff is not None:
-        cols.append((payoff / S.dtype.type(np.mean(scale)))[..., None])
+        c = S.dtype.type(np.mean(scale)) if payoff_scale is None else xp.asarray(payoff_scale, dtype=S.dtype)
+        cols.append((payoff / c)[..., None])
     return xp.concatenate(cols, axis=-1)
 
 
 @dataclass(frozen=True, eq=False)
 class Basis:
-    """psi(S, payoff) -> regressors: :func:`evaluate` with its options bound (for :mod:`cva.engine.lsm`)."""
+    """psi(S, payoff) -> regressors: :func:`evaluate` with its options bound (for :mod:`cva.engine.lsm`).
+
+    ``scale`` is (d,), one scale for every path set of a batch, or (m, d), one row per group of a batch whose sets
+    come in m equal groups of consecutive sets (contracts on different assets stacked in one Longstaff-Schwartz
+    call, :mod:`cva.engine.nested`): each group's regressors are those of its own basis, bit for bit."""
 
     name: str
     scale: np.ndarray
@@ -71,8 +79,21 @@ class Basis:
     order_statistics: bool = False
 
     def __call__(self, S, payoff):
-        return evaluate(self.name, S, self.scale, payoff if self.payoff_regressor else None,
-                        order_statistics=self.order_statistics)
+        if self.scale.ndim == 1:
+            return evaluate(self.name, S, self.scale, payoff if self.payoff_regressor else None,
+                            order_statistics=self.order_statistics)
+        m = self.scale.shape[0]
+        Sg = S.reshape((m, -1) + S.shape[1:])                                  # (m, sets per group, ..., d)
+        lead = (m,) + (1,) * (S.ndim - 1)
+        X = evaluate(self.name, Sg, self.scale.reshape(lead + self.scale.shape[1:]),
+                     None if not self.payoff_regressor else payoff.reshape(Sg.shape[:-1]),
+                     order_statistics=self.order_statistics, payoff_scale=self.scale.mean(axis=1).reshape(lead))
+        return X.reshape(S.shape[:-1] + X.shape[-1:])
+
+    @property
+    def groups(self) -> int:
+        """The number of groups with their own scale (1: one scale for the batch)."""
+        return 1 if self.scale.ndim == 1 else self.scale.shape[0]
 
     @property
     def affine(self) -> bool:
@@ -87,12 +108,25 @@ class Basis:
         return self.name == "laguerre" and not self.order_statistics
 
     def inverse_scale(self, d: int) -> np.ndarray:
-        """1 / scale per asset, (d,) float64 (the factors of S in psi)."""
-        return 1.0 / np.broadcast_to(self.scale, (d,))
+        """1 / scale per asset, (d,) float64 (the factors of S in psi); (m, d) with a scale per group."""
+        return 1.0 / np.broadcast_to(self.scale, self.scale.shape[:-1] + (d,))
 
     def payoff_column(self, payoff):
-        """The payoff column of psi, payoff / mean(scale) (as :func:`evaluate`)."""
-        return payoff / payoff.dtype.type(np.mean(self.scale))
+        """The payoff column of psi, payoff / mean(scale) (as :func:`evaluate`), with a scale per group for
+        ``payoff`` (B, ...) of B sets in the basis's groups."""
+        if self.scale.ndim == 1:
+            return payoff / payoff.dtype.type(np.mean(self.scale))
+        return per_group(payoff, self.scale.mean(axis=1), operator.truediv)
+
+
+def per_group(x, rows, op=operator.mul):
+    """``op(x, rows)`` group by group: x (B, ...) whose B sets come in m equal groups of consecutive sets, rows
+    (m, ...) one operand per group (cast to x's dtype), broadcast against a set's x[i]."""
+    xp = get_array_module(x)
+    r = xp.asarray(rows, dtype=x.dtype)
+    m = r.shape[0]
+    r = r.reshape((m, 1) + (1,) * (x.ndim - r.ndim) + r.shape[1:])
+    return op(x.reshape((m, -1) + x.shape[1:]), r).reshape(x.shape)
 
 
 def regression_dtype(setting: str, dtype, name: str) -> np.dtype:

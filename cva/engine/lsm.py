@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import linalg_gpu as lg
+from cva.engine.basis import per_group
 from linalg_gpu import strided
 from linalg_gpu._backend import get_array_module
 from linalg_gpu._backend import to_host as _host
@@ -132,6 +133,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     clock("exercise")                                                              # (the payoff at maturity)
     affine = xp is not np and getattr(basis_fn, "affine", False)                   # psi from S itself
     fused = xp is not np and getattr(basis_fn, "fused", False) and S.shape[3] == 1  # psi evaluated in the kernels
+    if fused and basis_fn.groups > 1:
+        raise ValueError("the fused (Laguerre) basis takes one scale for the batch, not one per group")
     rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
     if rdt not in (np.float32, np.float64):
         raise ValueError(f"regression_dtype must be float32 or float64, got {regression_dtype!r}")
@@ -324,15 +327,21 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask):
         idx, sc = slice(0, d), None
     else:                                                                          # psi's order: 1, x[, h / c]
         idx = [d, *range(d), *range(d + 1, d + len(extra))]
-        sc = xp.asarray(np.concatenate([[1.0], basis.inverse_scale(d), np.ones(len(extra) - 1)]), dtype=Z.dtype)
+        inv = basis.inverse_scale(d)                                               # (d,) or (groups, d)
+        sc = np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv, np.ones(inv.shape[:-1] + (len(extra) - 1,))],
+                            axis=-1)
     Gp = G[:, idx]                                                                 # (B n, p, d + e)
     As, bs = [], []
     for depth in range(s + 1):
         k = 2 ** depth
         Gk = Gp if depth == s else Gp.reshape((B * k, n // k) + Gp.shape[1:]).mean(axis=1)
         A, b = Gk[:, :, idx], Gk[:, :, v0 + depth]
-        if sc is not None:
-            A, b = A * (sc[:, None] * sc), b * sc
+        if sc is not None and sc.ndim == 1:
+            sk = xp.asarray(sc, dtype=Z.dtype)
+            A, b = A * (sk[:, None] * sk), b * sk
+        elif sc is not None:                                                       # a scale per group of sets
+            sk = xp.asarray(sc, dtype=Z.dtype)
+            A, b = per_group(A, sk[:, :, None] * sk[:, None, :]), per_group(b, sk)
         A, b = _identity_where_empty(xp, A, b, None if mask is None else _parts(mask, k))
         As.append(A)
         bs.append(b)
@@ -390,14 +399,15 @@ def _affine_fitted(S, basis, h, betas):
     B, M, d = S.shape
     xp = get_array_module(S)
     n = 2 ** (len(betas) - 1)
-    inv = xp.asarray(basis.inverse_scale(d), dtype=S.dtype)
+    inv = xp.asarray(basis.inverse_scale(d), dtype=S.dtype)                       # (d,) or (groups, d)
 
     def finest(beta):                                     # (B n, p): each finest part's coefficients
         k = beta.shape[0] // B
         return xp.repeat(beta.reshape(B, k, -1), n // k, axis=1).reshape(B * n, -1)
 
     bf = xp.stack([finest(beta) for beta in betas], axis=-1)                       # (B n, p, depths)
-    C = strided.matmul(_parts(S, n), bf[:, 1:d + 1] * inv[:, None]) + bf[:, None, 0]   # (B n, M / n, depths)
+    slopes = bf[:, 1:d + 1] * inv[:, None] if inv.ndim == 1 else per_group(bf[:, 1:d + 1], inv[:, :, None])
+    C = strided.matmul(_parts(S, n), slopes) + bf[:, None, 0]                      # (B n, M / n, depths)
     if basis.payoff_regressor:
         C += bf[:, None, d + 1] * basis.payoff_column(_parts(h, n))[..., None]
     return [C[..., i].reshape(B, M) for i in range(len(betas))]

@@ -32,7 +32,7 @@ from cva.engine.diagnostics import DESIGN_SAMPLE, DESIGN_STACKS
 from cva.engine.estimators import Level, allocate, combine, level_table
 from cva.engine.lsm import StageClock, longstaff_schwartz
 from cva.engine.plan import bytes_per_outer_path, level_specs
-from cva.instruments.analytic import black_scholes_array
+from cva.instruments.analytic import black_scholes_columns
 from cva.io import rundir
 from cva.io.config import MLMC_LEVEL_PATHS
 from linalg_gpu._backend import get_array_module
@@ -53,11 +53,12 @@ class DateStats:
                       "max_residual": 0.0, "discarded": 0, "failed": 0, "regressions": 0} for _ in range(G)]
         self.cond = [[] for _ in range(G)]
         self.design = [[] for _ in range(G)]          # (effective rank, p, kappa^2) of sampled design matrices
+        self._pending = []                             # (g, systems, regressions, reduced report on the device)
 
     def add(self, g, result, contracts=1):
-        """A Longstaff-Schwartz result of ``contracts`` contracts stacked in its batch (its reports read in one
-        transfer from the device)."""
-        row = self.rows[g]
+        """A Longstaff-Schwartz result of ``contracts`` contracts stacked in its batch: its reports reduced where
+        they are (counts per method, worst finite residual, discarded eigenvalues, failures) and kept there, read
+        with the others' in one transfer by :meth:`to_json` (a read per call would stop the GPU's queue)."""
         reps = [rep for rep in result.reports if rep is not None]
         for cond in result.conditions:
             if cond is not None:
@@ -65,25 +66,43 @@ class DateStats:
         if not reps:
             return
         xp = get_array_module(reps[0].residual)
-        fields = [xp.concatenate([getattr(rep, f).ravel().astype(np.float64) for rep in reps])
-                  for f in ("residual", "method_code", "n_discarded", "ok")]
-        res, code, discarded, ok = _host(xp.stack(fields))
-        row["systems"] += int(res.size)
-        row["regressions"] += contracts * len(reps)
-        for k, v in lg.SolverReport.count_codes(code).items():
-            row[k] += v
-        fin = res[np.isfinite(res)]
-        row["max_residual"] = max(row["max_residual"], float(fin.max()) if fin.size else 0.0)
-        row["discarded"] += int(discarded.sum())
-        row["failed"] += int((ok == 0).sum())
+        res = xp.concatenate([rep.residual.ravel() for rep in reps]).astype(np.float64)
+        code = xp.concatenate([rep.method_code.ravel() for rep in reps]).astype(np.int64)
+        discarded = xp.concatenate([rep.n_discarded.ravel() for rep in reps]).astype(np.float64)
+        ok = xp.concatenate([rep.ok.ravel() for rep in reps])
+        worst = xp.where(xp.isfinite(res), res, 0.0).max()                      # (residuals are >= 0)
+        tail = xp.stack([worst, discarded.sum(), (~ok.astype(bool)).sum().astype(np.float64)])
+        n = len(lg.SolverReport.CODES)
+        counts = xp.bincount(code, minlength=n)[:n].astype(np.float64)
+        self._pending.append((g, int(res.size), contracts * len(reps), xp.concatenate([counts, tail])))
+
+    def _collect(self):
+        """The reductions kept by :meth:`add`, read in one transfer into the rows."""
+        if not self._pending:
+            return
+        xp = get_array_module(self._pending[0][3])
+        values = _host(xp.stack([v for *_, v in self._pending]))
+        for (g, systems, regressions, _), v in zip(self._pending, values, strict=True):
+            row = self.rows[g]
+            row["systems"] += systems
+            row["regressions"] += regressions
+            n = len(lg.SolverReport.CODES)
+            for k, name in enumerate(lg.SolverReport.CODES):
+                row[name] += int(v[k])
+            row["max_residual"] = max(row["max_residual"], float(v[n]))
+            row["discarded"] += int(v[n + 1])
+            row["failed"] += int(v[n + 2])
+        self._pending = []
 
     def add_design(self, g, rows):
         self.design[g].extend([int(r["rank"]), int(r["p"]), r["cond2"]] for _, r in rows)
 
     def to_json(self):
+        self._collect()
         return {"rows": self.rows, "cond": self.cond, "design": self.design}
 
     def merge_json(self, state):
+        self._collect()
         for g, (row, cond) in enumerate(zip(state["rows"], state["cond"], strict=False)):
             mine = self.rows[g]
             for k, v in row.items():
@@ -151,7 +170,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
     designs = []                                                       # (grid date, regression date, X) sampled
     for g in range(G):
         t, k = plan.grid[g], exposure_pos[g]
-        values, inner = {}, []
+        values, inner, closed = {}, [], []
         for ci, c in enumerate(plan.contracts):
             ex_idx = plan.exercise_index[ci]
             if g > ex_idx[-1] or (k < 0 and g not in ex_idx):
@@ -159,12 +178,18 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
             if g == ex_idx[-1]:
                 values[ci] = (c.payoff_value(S_out[:, g]), None)                        # at maturity: the payoff
             elif plan.closed_form[ci]:
-                a = c.asset if c.underlying == "asset" else 0
-                values[ci] = (black_scholes_array(S_out[:, g, a], c.strike, c.maturity - t, model.rate,
-                                                  model.dividend[a], model.vol[a], c.payoff), None)
-                clock("closed_form")
+                closed.append(ci)
             else:
                 inner.append(ci)
+        if closed:                                                    # one batch of Black-Scholes prices
+            cs = [plan.contracts[ci] for ci in closed]
+            a = [c.asset if c.underlying == "asset" else 0 for c in cs]
+            P = black_scholes_columns(S_out[:, g][:, a], [c.strike for c in cs], [c.maturity - t for c in cs],
+                                      model.rate, [float(model.dividend[i]) for i in a],
+                                      [float(model.vol[i]) for i in a], [c.payoff == "call" for c in cs])
+            for j, ci in enumerate(closed):
+                values[ci] = (P[:, j], None)
+            clock("closed_form")
         if inner:
             g_max = max(int(plan.exercise_index[ci][-1]) for ci in inner)
             S_in = model.sample(grid0[g + 1:g_max + 2], M, seed=seed, purpose="inner", dtype=dtype,
@@ -176,11 +201,16 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
                 c = plan.contracts[members[0]]
                 later = plan.exercise_index[members[0]][plan.exercise_index[members[0]] > g]
                 if c.underlying == "asset" and model.d > 1:          # Markov in its own asset: regress on it alone
-                    a = c.asset
-                    S_a = _steps(S_in[..., a:a + 1], later - g - 1)
-                    S_c = S_a if len(members) == 1 else xp.concatenate([S_a] * len(members))
+                    assets = [plan.contracts[ci].asset for ci in members]
+                    slices = {a: _steps(S_in[..., a:a + 1], later - g - 1) for a in dict.fromkeys(assets)}
+                    S_a = slices[assets[0]]
+                    S_c = S_a if len(members) == 1 else xp.concatenate([slices[a] for a in assets])
+                    slices = None
                     payoff = _stacked_payoff([plan.contracts[ci] for ci in members], Lc, dtype, xp)
-                    psi = basis.make_basis(plan.basis, model.spot[a:a + 1], plan.payoff_regressor, False)
+                    psi = basis.make_basis(plan.basis, model.spot[assets[0]:assets[0] + 1], plan.payoff_regressor,
+                                           False)
+                    if len(set(assets)) > 1:                                   # each member's own scale
+                        psi = replace(psi, scale=np.asarray(model.spot, dtype=float)[assets][:, None])
                 else:
                     S_a = None
                     S_c, payoff = _steps(S_in, later - g - 1), c.payoff_value
@@ -198,7 +228,8 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
                     ci = members[0]
                     one = plan.contracts[ci].payoff_value if S_a is None else _stacked_payoff([plan.contracts[ci]],
                                                                                               Lc, dtype, xp)
-                    designs.extend((g, j, X) for j, X in diagnostics.sample(S_c if S_a is None else S_a, one, psi,
+                    psi1 = psi if psi.groups == 1 else replace(psi, scale=psi.scale[0])
+                    designs.extend((g, j, X) for j, X in diagnostics.sample(S_c if S_a is None else S_a, one, psi1,
                                                                             sim.itm_only, n_design))
                     designed += 1
                 clock("statistics")
@@ -251,19 +282,32 @@ def timed_chunk(cfg, plan, model, xp, key0, Lc, inner_paths, splits, cond_sample
 
 def _stacks(plan, inner, g, d):
     """The contracts valued by inner paths at grid date g, in stacks that share one Longstaff-Schwartz call: on a
-    market of d > 1 assets, contracts on the same asset with the same later exercise dates, up to d per stack
-    (the asset's slice repeated takes the memory of the inner paths once more); every other contract alone."""
+    market of d > 1 assets, the one-asset contracts with the same later exercise dates, whatever their asset (each
+    regressed on its own asset with its own basis scale, bit for bit as alone), as many as
+    :func:`stack_size` allows; every other contract alone. Fewer, larger calls: a call's cost is mostly
+    fixed (its kernels and the host's reads per exercise date), not its paths'."""
     groups, out = {}, []
     for ci in inner:
         c = plan.contracts[ci]
         if c.underlying == "asset" and d > 1:
             ix = plan.exercise_index[ci]
-            groups.setdefault((c.asset, *(int(j) for j in ix[ix > g])), []).append(ci)
+            groups.setdefault(tuple(int(j) for j in ix[ix > g]), []).append(ci)
         else:
             out.append([ci])
-    for members in groups.values():
-        out += [members[i:i + d] for i in range(0, len(members), d)]
+    for later, members in groups.items():
+        n = stack_size(len(plan.grid), d, len(later))
+        k = -(-len(members) // n)                                    # stacks of equal size: no small last one
+        n = -(-len(members) // k)
+        out += [members[i:i + n] for i in range(0, len(members), n)]
     return sorted(out)
+
+
+def stack_size(G, d, N) -> int:
+    """The most one-asset contracts of N exercise dates stacked in one call: their slices of the inner paths
+    (N dates each) and the call's arrays per path (about 12 of a date's size) take at most twice the inner paths
+    of the first date (G d per path) within :func:`cva.engine.plan.bytes_per_outer_path`'s estimate, less the
+    assets' own slices (d N); at least d."""
+    return max(d, (2 * G * d - d * N) // (N + 12))
 
 
 def _stacked_payoff(contracts, Lc, dtype, xp):

@@ -130,3 +130,29 @@ def black_scholes_array(S, K, tau, r, q, sigma, payoff="call"):
     if payoff == "call":
         return S * disc_q * _ndtr(d1, xp).astype(S.dtype) - K * disc_r * _ndtr(d2, xp).astype(S.dtype)
     return K * disc_r * _ndtr(-d2, xp).astype(S.dtype) - S * disc_q * _ndtr(-d1, xp).astype(S.dtype)
+
+
+def black_scholes_columns(S, K, tau, r, q, sigma, call):
+    """Black-Scholes prices of n contracts at once: column j of S (L, n) (numpy or cupy) priced with strike K[j],
+    time to maturity tau[j] > 0, dividend yield q[j], vol sigma[j], a call where call[j] else a put, at the
+    rate r; each column bit for bit :func:`black_scholes_array` of its contract (the same operations on the same
+    numbers: the per-contract constants in double precision on the host, then cast to S's dtype)."""
+    from linalg_gpu._backend import get_array_module
+
+    xp = get_array_module(S)
+    n = S.shape[1]
+    sd = [sigma[j] * math.sqrt(tau[j]) for j in range(n)]
+    cols = {"K": K, "sd": sd, "dq": [math.exp(-q[j] * tau[j]) for j in range(n)],
+            "Kdr": [K[j] * math.exp(-r * tau[j]) for j in range(n)],
+            "drift": [(r - q[j] + 0.5 * sigma[j]**2) * tau[j] for j in range(n)]}
+    c = {k: xp.asarray(np.asarray(v, dtype=float).astype(S.dtype)) for k, v in cols.items()}
+    is_call = xp.asarray(np.asarray(call, dtype=bool))
+    tiny = xp.asarray(np.asarray(sd) < 1e-12)
+    d1 = (xp.log(S / c["K"]) + c["drift"]) / xp.where(tiny, S.dtype.type(1), c["sd"])
+    d2 = d1 - c["sd"]
+    n1 = _ndtr(xp.where(is_call, d1, -d2), xp).astype(S.dtype)          # N(d1) of a call, N(-d2) of a put
+    n2 = _ndtr(xp.where(is_call, d2, -d1), xp).astype(S.dtype)          # N(d2) of a call, N(-d1) of a put
+    Sq = S * c["dq"]
+    price = xp.where(is_call, Sq * n1 - c["Kdr"] * n2, c["Kdr"] * n1 - Sq * n2)
+    fwd = Sq - c["Kdr"]                                                  # no vol left: the discounted payoff
+    return xp.where(tiny, xp.where(is_call, xp.maximum(fwd, 0), xp.maximum(-fwd, 0)), price)

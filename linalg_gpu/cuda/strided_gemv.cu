@@ -4,7 +4,8 @@
 // chunk of outer paths of another size gave other last bits (measured on an H100: 44 % of the products of
 // 2048 x 128 x 4 sets differed in a batch of 4096). A block stages ROWS rows, 32 columns at a time, in shared
 // memory (the rows' columns read by consecutive threads: coalesced where one thread per row read a row each),
-// then each thread sums its row. numpy twin: linalg_gpu.strided.matmul (a @ w).
+// then each thread sums its row; up to four columns (one asset's slice) a thread reads its row itself, the same
+// sums. numpy twin: linalg_gpu.strided.matmul (a @ w).
 template <typename T, int Q>
 __global__ void __launch_bounds__(128) strided_gemv(const T* __restrict__ a, long long lda, long long sa,
                                                     const T* __restrict__ w, long long sw, T* __restrict__ out,
@@ -14,6 +15,21 @@ __global__ void __launch_bounds__(128) strided_gemv(const T* __restrict__ a, lon
     __shared__ T tile[ROWS][COLS + 1];                               // (+1: a thread's row walk hits every bank)
     const long long total = B * M;
     const int t = threadIdx.x;
+    if (K <= 4) {              // few columns (one asset's slice): each thread reads its row itself, the same sums
+        for (long long i = (long long)blockIdx.x * ROWS + t; i < total; i += (long long)gridDim.x * ROWS) {
+            const long long b = i / M;
+            const T* row = a + b * sa + (i - b * M) * lda;
+            const T* wb = w + b * sw;
+            T acc[Q];
+            for (int q = 0; q < Q; ++q) acc[q] = T(0);
+            for (int k = 0; k < K; ++k) {
+                const T x = row[k];
+                for (int q = 0; q < Q; ++q) acc[q] += x * wb[k * Q + q];
+            }
+            for (int q = 0; q < Q; ++q) out[i * Q + q] = acc[q];
+        }
+        return;
+    }
     for (long long r0 = (long long)blockIdx.x * ROWS; r0 < total; r0 += (long long)gridDim.x * ROWS) {
         const long long i = r0 + t;                                  // this thread's row
         const long long b = (i < total ? i : total - 1) / M;

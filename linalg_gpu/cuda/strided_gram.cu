@@ -120,3 +120,54 @@ __global__ void __launch_bounds__(256) concat_gram(const T* __restrict__ s, long
         }
     }
 }
+
+// The same Gram matrices for few columns (n = N <= SMALL_GRAM_COLUMNS of strided.py): one warp per set, lane l
+// summing rows l, l + 32, ... in double (each product in T), then the 32 lanes' sums added by a fixed butterfly
+// (__shfl_xor_sync, lane 0's order): the same bits whatever B, and whatever ``rows`` for the rows formed. The
+// 32 x 32 tiles of concat_gram would leave most of a block idle for n of one asset's slice and a few cashflows
+// (n = 5 in a desk's stacked one-asset regressions), with a block per set of a few dozen paths.
+template <typename T, int N>
+__global__ void __launch_bounds__(256) concat_gram_small(const T* __restrict__ s, long long lds, long long ss,
+                                                         int d, const T* __restrict__ f, int e,
+                                                         const T* __restrict__ w, T* __restrict__ out, long long B,
+                                                         int M, int rows, T alpha)
+{
+    const int lane = threadIdx.x % 32;
+    const long long warps = (long long)gridDim.x * blockDim.x / 32;
+    for (long long b = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; b < B; b += warps) {   // a warp's sets
+        const T* sb = s + b * ss;
+        const T* fb = f ? f + b * (long long)M * e : nullptr;
+        const T* wb = w ? w + b * (long long)M : nullptr;
+        double acc[N][N];
+#pragma unroll
+        for (int r = 0; r < N; ++r)
+#pragma unroll
+            for (int c = 0; c < N; ++c) acc[r][c] = 0.0;
+        for (int m = lane; m < M; m += 32) {
+            T z[N];
+#pragma unroll
+            for (int c = 0; c < N; ++c) z[c] = c < d ? sb[m * lds + c] : fb[(long long)m * e + (c - d)];
+            const T wm = wb ? wb[m] : T(1);
+#pragma unroll
+            for (int r = 0; r < N; ++r) {
+                if (r < rows) {
+                    const T zr = wb ? z[r] * wm : z[r];
+#pragma unroll
+                    for (int c = 0; c < N; ++c) acc[r][c] += (double)(zr * z[c]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+            if (r < rows) {
+#pragma unroll
+                for (int c = 0; c < N; ++c) {
+                    double v = acc[r][c];
+#pragma unroll
+                    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+                    if (lane == 0) out[(b * rows + r) * N + c] = T((double)alpha * v);
+                }
+            }
+        }
+    }
+}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -59,6 +60,9 @@ class SolverReport:
         when a per-system memory chose it system by system (then ``start_codes`` holds the codes).
     rtol, cond_max : the thresholds used.
     """
+
+    #: the names of the method codes 0 .. 3 (``method_code``)
+    CODES: ClassVar[tuple] = STAGES + ("none",)
 
     method_code: np.ndarray
     residual: np.ndarray

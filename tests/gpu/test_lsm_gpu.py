@@ -5,6 +5,8 @@ import pytest
 
 cp = pytest.importorskip("cupy")
 
+from engine_testlib import black_scholes_columns_against_each_contract, grouped_lsm_against_alone  # noqa: E402
+
 from cva.engine import basis  # noqa: E402
 from cva.engine.lsm import (  # noqa: E402
     _affine_fitted,
@@ -118,10 +120,11 @@ def test_strided_products_match_numpy(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n", [31, 70])
+@pytest.mark.parametrize("n", [5, 31, 70])
 def test_concat_gram_does_not_depend_on_the_batch(rng, dtype, n):
-    """strided.concat_gram of a date's strided slice with further columns and weights (more than one 32 x 32 tile
-    at n = 70): the first B sets of a batch of 2B give bitwise what the B sets give alone."""
+    """strided.concat_gram of a date's strided slice with further columns and weights (a warp per set at n = 5,
+    more than one 32 x 32 tile at n = 70): the first B sets of a batch of 2B give bitwise what the B sets give
+    alone."""
     B, M, d = 300, 1000, n - 3
     S = cp.asarray(rng.standard_normal((2 * B, M, 3, d))).astype(dtype)
     f = cp.asarray(rng.standard_normal((2 * B, M, 3))).astype(dtype)
@@ -130,6 +133,26 @@ def test_concat_gram_does_not_depend_on_the_batch(rng, dtype, n):
     alone = strided.concat_gram(S[:B, :, 1], f[:B], w[:B], alpha=1e-3)
     assert full.shape == (B, n, n) and bool((full == alone).all())
     assert bool((strided.concat_gram(S[:B, :, 1], f[:B], w[:B], alpha=1e-3, rows=d) == full[:, :d]).all())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_gram_beyond_the_grid_and_with_ragged_rows(rng, dtype):
+    """The warp-per-set Gram (n <= strided.SMALL_GRAM_COLUMNS): more sets than the grid has warps (its sets taken
+    in turn), a path count that is no multiple of 32, weights, and the first rows alone bitwise the whole."""
+    B, M = 4_300_000, 3
+    S = rng.standard_normal((B, M, 2, 1)).astype(dtype)
+    f = rng.standard_normal((B, M, 3)).astype(dtype)
+    w = (rng.uniform(size=(B, M)) < 0.7).astype(dtype)
+    G = strided.concat_gram(cp.asarray(S)[:, :, 1], cp.asarray(f), cp.asarray(w), alpha=0.5)
+    z = np.concatenate([S[:, :, 1].astype(float), f.astype(float)], axis=2)
+    zT = (z * w[..., None]).transpose(0, 2, 1)
+    _assert_sums_close(G, 0.5 * zT @ z, 0.5 * np.abs(zT) @ np.abs(z), M, np.finfo(dtype).eps)
+    top = strided.concat_gram(cp.asarray(S)[:, :, 1], cp.asarray(f), cp.asarray(w), alpha=0.5, rows=2)
+    assert bool((top == G[:, :2]).all())
+    S2, f2 = rng.standard_normal((64, 77, 1)).astype(dtype), rng.standard_normal((64, 77, 4)).astype(dtype)
+    z = np.concatenate([S2, f2], axis=2).astype(float)
+    _assert_sums_close(strided.concat_gram(cp.asarray(S2), cp.asarray(f2), rows=3), (z.transpose(0, 2, 1) @ z)[:, :3],
+                       (np.abs(z).transpose(0, 2, 1) @ np.abs(z))[:, :3], 77, np.finfo(dtype).eps)
 
 
 def _assert_sums_close(x, ref, size, n, eps):
@@ -364,3 +387,17 @@ def test_laguerre_lsm_gpu_matches_cpu(splits):
     np.testing.assert_allclose(v1, v0, atol=0.3 * se0.max())
     for a, b in zip(p1, p0, strict=True):
         np.testing.assert_allclose(a, b, atol=0.3 * se0.max() * np.sqrt(a.shape[1]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name, payoff_regressor", [("linear", False), ("linear", True), ("quadratic", True)])
+@pytest.mark.parametrize("splits", [0, 1])
+def test_a_scale_per_group_is_each_groups_own_basis_gpu(dtype, name, payoff_regressor, splits):
+    """The affine (strided Gram) and formed-basis GPU paths with a basis scale per group of sets: each group
+    bitwise as its own call (:func:`engine_testlib.grouped_lsm_against_alone`)."""
+    grouped_lsm_against_alone(cp, dtype, name, payoff_regressor, splits)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_black_scholes_columns_are_each_contract_gpu(dtype):
+    black_scholes_columns_against_each_contract(cp, dtype)

@@ -1,0 +1,59 @@
+"""Checks of the engine shared by the CPU tests and their GPU twins in ``tests/gpu`` (``xp`` numpy or cupy), kept
+out of the test modules so that a GPU test does not import one that needs QuantLib (which the GPU machine lacks)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cva.engine import basis
+from cva.engine.lsm import longstaff_schwartz
+
+
+def grouped_lsm_against_alone(xp, dtype, name, payoff_regressor, splits):
+    """Two groups of path sets on assets of spots 100 and 40 in one call, each with its own basis scale, give
+    each group's coefficients, values and parts bitwise as the group's own call (the stacks of
+    :mod:`cva.engine.nested`)."""
+    gen = np.random.default_rng(20261128)
+    spots, strikes, times = np.array([100.0, 40.0]), [105.0, 38.0], np.array([0.25, 0.5, 0.75, 1.0])
+    z = gen.standard_normal((2, 6, 64, 4))
+    S = spots[:, None, None, None] * np.exp(np.cumsum(0.25 * np.sqrt(0.25) * z - 0.25 ** 3 / 2, axis=-1))
+    S = xp.asarray(S[..., None].reshape(12, 64, 4, 1).astype(dtype))
+    K = xp.asarray(np.repeat(strikes, 6).astype(dtype))[:, None]
+
+    def payoff(X, k=K):
+        return xp.maximum((k if X.ndim == 3 else k[:, :, None]) - X[..., 0], 0)
+
+    def host(a):
+        return a if xp is np else xp.asnumpy(a)
+
+    grouped = basis.make_basis(name, spots[:, None], payoff_regressor)
+    together = longstaff_schwartz(S, times, payoff, grouped, 0.03, splits=splits)
+    for i in range(2):
+        rows = slice(6 * i, 6 * i + 6)
+        alone = longstaff_schwartz(S[rows], times, lambda X, k=K[rows]: payoff(X, k),
+                                   basis.make_basis(name, spots[i:i + 1], payoff_regressor), 0.03, splits=splits)
+        for a, b in zip(together.coefficients, alone.coefficients, strict=True):
+            np.testing.assert_array_equal(host(a)[rows], host(b))
+        for a, b in zip([together.value] + together.parts, [alone.value] + alone.parts, strict=True):
+            np.testing.assert_array_equal(host(a)[rows], host(b))
+
+
+def black_scholes_columns_against_each_contract(xp, dtype):
+    """:func:`black_scholes_columns` (the engine's Black-Scholes prices of a date's European contracts in one batch)
+    column by column bitwise :func:`black_scholes_array` of its contract, calls and puts, one with no vol left; and
+    within float rounding of the scalar closed form."""
+    from cva.instruments.analytic import black_scholes, black_scholes_array, black_scholes_columns
+
+    gen = np.random.default_rng(20261128)
+    S = gen.uniform(40, 160, (500, 5)).astype(dtype)
+    K, tau, q = [100.0, 55.5, 80.0, 120.0, 99.0], [0.5, 1.25, 0.02, 2.0, 0.75], [0.01, 0.0, 0.02, 0.0, 0.03]
+    sigma, call = [0.2, 0.35, 0.15, 0.25, 0.0], [True, False, True, False, True]
+    P = black_scholes_columns(xp.asarray(S), K, tau, 0.03, q, sigma, call)
+    P = P if xp is np else xp.asnumpy(P)
+    for j in range(5):
+        one = black_scholes_array(xp.asarray(S[:, j].copy()), K[j], tau[j], 0.03, q[j], sigma[j],
+                                  "call" if call[j] else "put")
+        np.testing.assert_array_equal(P[:, j], one if xp is np else xp.asnumpy(one))
+        ref = [black_scholes(float(s), K[j], tau[j], 0.03, q[j], sigma[j], "call" if call[j] else "put")
+               for s in S[:200, j]]
+        np.testing.assert_allclose(P[:200, j], ref, rtol=50 * np.finfo(dtype).eps, atol=50 * np.finfo(dtype).eps * 100)
