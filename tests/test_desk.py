@@ -276,19 +276,23 @@ def test_a_single_asset_bermudan_in_a_correlated_market_is_its_one_asset_model(t
     assert a.stderr < 0.05 * a.cva                                            # a test that can see a difference
 
 
-@pytest.mark.parametrize("basis, payoff_regressor", [("linear", False), ("quadratic", True)])
-def test_stacked_regressions_are_bitwise_the_contracts_alone(tmp_path, monkeypatch, basis, payoff_regressor):
+@pytest.mark.parametrize("basis, payoff_regressor, dtypes", [("linear", False, None), ("quadratic", True, None),
+                                                            ("linear", False, ("float32", "float64"))])
+def test_stacked_regressions_are_bitwise_the_contracts_alone(tmp_path, monkeypatch, basis, payoff_regressor, dtypes):
     """One-asset Bermudans with the same later exercise dates share one Longstaff-Schwartz call (their systems
     stacked), on the same asset or not (each with its own asset's basis scale); the value cube and the solver
     statistics are bitwise those of one call per contract (but for the condition sample, which a stack takes from
-    its first systems)."""
+    its first systems). Also float32 paths with float64 regressions and strikes that float32 cannot hold (a
+    stack's strikes are rounded to the regression's dtype, as a contract's own are)."""
     from cva.engine import nested
 
-    port = [{**PUT, "strike": 100.0}, {**PUT, "underlying": {"asset": 1}, "strike": 90.0, "quantity": 2.0}]
-    port += [{**PUT, "strike": k, "quantity": q} for k, q in ((90.0, -2.0), (110.0, 1.5))]
+    port = [{**PUT, "strike": 100.0}, {**PUT, "underlying": {"asset": 1}, "strike": 90.1, "quantity": 2.0}]
+    port += [{**PUT, "strike": k, "quantity": q} for k, q in ((99.3, -2.0), (110.0, 1.5))]
     port += [{**PUT, "payoff": "call", "strike": 100.0}, {**PUT, "maturity": 0.5, "exercise_dates": 2}]
     cfg = _desk(tmp_path, "s", [{"name": "A", "hazard_rate": 0.02, "netting_sets": [{"name": "a", "portfolio": port}]}])
     cfg["simulation"].update(basis=basis, payoff_regressor=payoff_regressor)
+    if dtypes is not None:
+        cfg["run"]["dtype"], cfg["regression"] = dtypes[0], {"dtype": dtypes[1]}
     stacks = []
     original = nested._stacks
 

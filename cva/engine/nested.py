@@ -206,7 +206,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
                     S_a = slices[assets[0]]
                     S_c = S_a if len(members) == 1 else xp.concatenate([slices[a] for a in assets])
                     slices = None
-                    payoff = _stacked_payoff([plan.contracts[ci] for ci in members], Lc, dtype, xp)
+                    payoff = _stacked_payoff([plan.contracts[ci] for ci in members], Lc, xp)
                     psi = basis.make_basis(plan.basis, model.spot[assets[0]:assets[0] + 1], plan.payoff_regressor,
                                            False)
                     if len(set(assets)) > 1:                                   # each member's own scale
@@ -227,7 +227,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
                 if n_design and designed < DESIGN_STACKS:            # the design matrices of the first paths
                     ci = members[0]
                     one = plan.contracts[ci].payoff_value if S_a is None else _stacked_payoff([plan.contracts[ci]],
-                                                                                              Lc, dtype, xp)
+                                                                                              Lc, xp)
                     psi1 = psi if psi.groups == 1 else replace(psi, scale=psi.scale[0])
                     designs.extend((g, j, X) for j, X in diagnostics.sample(S_c if S_a is None else S_a, one, psi1,
                                                                             sim.itm_only, n_design))
@@ -310,17 +310,22 @@ def stack_size(G, d, N) -> int:
     return max(d, (2 * G * d - d * N) // (N + 12))
 
 
-def _stacked_payoff(contracts, Lc, dtype, xp):
+def _stacked_payoff(contracts, Lc, xp):
     """The exercise value of one-asset contracts stacked in a batch (Lc sets each) on their asset's slice
-    (..., 1): max(S - K, 0) or max(K - S, 0) per set, the same operations as :meth:`Contract.payoff_value`."""
+    (..., 1): max(S - K, 0) or max(K - S, 0) per set, the same operations as :meth:`Contract.payoff_value` (the
+    strikes rounded to the slice's dtype, as a Python float strike is: float32 paths may meet float64
+    regressions)."""
     if len(contracts) == 1:
         return replace(contracts[0], asset=0).payoff_value
-    K = xp.asarray(np.repeat([c.strike for c in contracts], Lc).astype(dtype))[:, None]
+    K = xp.asarray(np.repeat([c.strike for c in contracts], Lc).astype(np.float64))[:, None]
     call = xp.asarray(np.repeat([c.payoff == "call" for c in contracts], Lc))[:, None]
+    rounded = {}                                                        # the strikes per dtype, cast once
 
     def payoff(S):
         U = S[..., 0]
-        k, c = (K, call) if U.ndim == 2 else (K[:, :, None], call[:, :, None])
+        if U.dtype not in rounded:
+            rounded[U.dtype] = K.astype(U.dtype)
+        k, c = (rounded[U.dtype], call) if U.ndim == 2 else (rounded[U.dtype][:, :, None], call[:, :, None])
         return xp.where(c, xp.maximum(U - k, 0), xp.maximum(k - U, 0))
     return payoff
 

@@ -135,8 +135,9 @@ def black_scholes_array(S, K, tau, r, q, sigma, payoff="call"):
 def black_scholes_columns(S, K, tau, r, q, sigma, call):
     """Black-Scholes prices of n contracts at once: column j of S (L, n) (numpy or cupy) priced with strike K[j],
     time to maturity tau[j] > 0, dividend yield q[j], vol sigma[j], a call where call[j] else a put, at the
-    rate r; each column bit for bit :func:`black_scholes_array` of its contract (the same operations on the same
-    numbers: the per-contract constants in double precision on the host, then cast to S's dtype)."""
+    rate r; each column bit for bit :func:`black_scholes_array` of its contract with Python float arguments (the
+    same operations on the same numbers: the per-contract constants in double precision on the host, then cast to
+    S's dtype, so d1 and d2 are in S's dtype)."""
     from linalg_gpu._backend import get_array_module
 
     xp = get_array_module(S)
