@@ -328,8 +328,8 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask):
     else:                                                                          # psi's order: 1, x[, h / c]
         idx = [d, *range(d), *range(d + 1, d + len(extra))]
         inv = basis.inverse_scale(d)                                               # (d,) or (groups, d)
-        sc = np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv, np.ones(inv.shape[:-1] + (len(extra) - 1,))],
-                            axis=-1)
+        sc = xp.asarray(np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv,
+                                        np.ones(inv.shape[:-1] + (len(extra) - 1,))], axis=-1), dtype=Z.dtype)
     Gp = G[:, idx]                                                                 # (B n, p, d + e)
     As, bs = [], []
     for depth in range(s + 1):
@@ -337,11 +337,9 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask):
         Gk = Gp if depth == s else Gp.reshape((B * k, n // k) + Gp.shape[1:]).mean(axis=1)
         A, b = Gk[:, :, idx], Gk[:, :, v0 + depth]
         if sc is not None and sc.ndim == 1:
-            sk = xp.asarray(sc, dtype=Z.dtype)
-            A, b = A * (sk[:, None] * sk), b * sk
+            A, b = A * (sc[:, None] * sc), b * sc
         elif sc is not None:                                                       # a scale per group of sets
-            sk = xp.asarray(sc, dtype=Z.dtype)
-            A, b = per_group(A, sk[:, :, None] * sk[:, None, :]), per_group(b, sk)
+            A, b = per_group(A, sc[:, :, None] * sc[:, None, :]), per_group(b, sc)
         A, b = _identity_where_empty(xp, A, b, None if mask is None else _parts(mask, k))
         As.append(A)
         bs.append(b)

@@ -82,11 +82,11 @@ class DateStats:
             return
         xp = get_array_module(self._pending[0][3])
         values = _host(xp.stack([v for *_, v in self._pending]))
+        n = len(lg.SolverReport.CODES)
         for (g, systems, regressions, _), v in zip(self._pending, values, strict=True):
             row = self.rows[g]
             row["systems"] += systems
             row["regressions"] += regressions
-            n = len(lg.SolverReport.CODES)
             for k, name in enumerate(lg.SolverReport.CODES):
                 row[name] += int(v[k])
             row["max_residual"] = max(row["max_residual"], float(v[n]))
@@ -207,10 +207,9 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
                     S_c = S_a if len(members) == 1 else xp.concatenate([slices[a] for a in assets])
                     slices = None
                     payoff = _stacked_payoff([plan.contracts[ci] for ci in members], Lc, xp)
-                    psi = basis.make_basis(plan.basis, model.spot[assets[0]:assets[0] + 1], plan.payoff_regressor,
-                                           False)
-                    if len(set(assets)) > 1:                                   # each member's own scale
-                        psi = replace(psi, scale=np.asarray(model.spot, dtype=float)[assets][:, None])
+                    scale = (np.asarray(model.spot, dtype=float)[assets][:, None] if len(set(assets)) > 1
+                             else model.spot[assets[0]:assets[0] + 1])          # each member's own asset's scale
+                    psi = basis.make_basis(plan.basis, scale, plan.payoff_regressor, False)
                 else:
                     S_a = None
                     S_c, payoff = _steps(S_in, later - g - 1), c.payoff_value
@@ -317,7 +316,7 @@ def _stacked_payoff(contracts, Lc, xp):
     regressions)."""
     if len(contracts) == 1:
         return replace(contracts[0], asset=0).payoff_value
-    K = xp.asarray(np.repeat([c.strike for c in contracts], Lc).astype(np.float64))[:, None]
+    K = xp.asarray(np.repeat([float(c.strike) for c in contracts], Lc))[:, None]     # float64
     call = xp.asarray(np.repeat([c.payoff == "call" for c in contracts], Lc))[:, None]
     rounded = {}                                                        # the strikes per dtype, cast once
 
