@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._backend import as_array, check_dtype, common_dtype, get_array_module, to_host
+from .._backend import as_array, check_dtype, common_dtype, get_array_module
 
 __all__ = ["check_square_batch", "check_rhs", "check_symmetric", "check_finite_batch", "check_symmetric_input",
            "require_memory", "division_tree",
@@ -95,17 +95,6 @@ def host_anys(*flags) -> tuple:
 def host_any(flags) -> bool:
     """``flags.any()`` on the host (:func:`host_anys`)."""
     return host_anys(flags)[0]
-
-
-def host_indices(mask) -> np.ndarray:
-    """``numpy.flatnonzero(mask)`` of a numpy or cupy mask, on the host: a cupy mask of up to
-    ``HOST_FLAGS_MAX`` systems is copied (one byte per system, see :func:`host_anys`), a larger one
-    reduced to its indices on the device first."""
-    if hasattr(mask, "get") and mask.size > HOST_FLAGS_MAX:
-        import cupy as cp
-
-        return cp.flatnonzero(mask).get()
-    return np.flatnonzero(to_host(mask))
 
 
 def screening_flags(nonfinite, asym, asym_max):

@@ -389,9 +389,9 @@ def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt):
 
 
 def scatter_stage(out, sel, rows, stage_out, code):
-    """cuda/solve_flags.cu: the results of a later stage of solve_small at ``rows`` (host indices into
-    its outputs) into ``out`` = (x, code, residual, cond, n_discarded, ok) at the systems ``sel`` (host
-    indices), in one launch; numpy twin: ``robust.scatter_stage``."""
+    """cuda/solve_flags.cu: the results of a later stage of solve_small at ``rows`` (indices into its outputs)
+    into ``out`` = (x, code, residual, cond, n_discarded, ok) at the systems ``sel`` (indices, on the device or
+    the host), in one launch; numpy twin: ``robust.scatter_stage``."""
     import cupy as cp
 
     x, codes, resid, cond, ndisc, ok = out
@@ -400,7 +400,7 @@ def scatter_stage(out, sel, rows, stage_out, code):
     if not count:
         return
     nr = x.size // x.shape[0]                                                    # n r entries per system
-    idx = cp.asarray(np.concatenate([sel, rows]).astype(np.int64))              # one transfer
+    idx = cp.concatenate([cp.asarray(sel), cp.asarray(rows)]).astype(np.int64, copy=False)
     fn = get_function("solve_flags.cu", "scatter_stage", x.dtype)
     fn((min((count * nr + 255) // 256, 1024),), (256,),
        (idx, np.int64(count), np.int32(nr), xs, cs, nds, oks, rs, np.int8(code), x, codes, resid, cond, ndisc, ok))
