@@ -57,3 +57,48 @@ def black_scholes_columns_against_each_contract(xp, dtype):
         ref = [black_scholes(float(s), K[j], tau[j], 0.03, q[j], sigma[j], "call" if call[j] else "put")
                for s in S[:200, j]]
         np.testing.assert_allclose(P[:200, j], ref, rtol=50 * np.finfo(dtype).eps, atol=50 * np.finfo(dtype).eps * 100)
+
+
+def stopped_cashflows_against_lsm(xp, dtype, name, splits, regression_dtype=None, vanilla=False):
+    """:func:`stopped_cashflows` at a Longstaff-Schwartz call's own exercise dates (``keep_stopping``) gives the
+    call's values, parts and cashflows bit for bit (two groups with their own basis scales, as the engine's
+    stacks); on paths of a bumped spot (the same normals) each path's cashflow is the discounted payoff at its
+    kept date, computed per path in float64. With ``vanilla`` the puts are declared as such (the GPU's kernel)."""
+    from cva.engine.lsm import stopped_cashflows
+
+    gen = np.random.default_rng(20261129)
+    spots, strikes, times, r = np.array([100.0, 40.0]), [105.0, 38.0], np.array([0.25, 0.5, 0.75, 1.0]), 0.03
+    growth = np.exp(np.cumsum(0.25 * np.sqrt(0.25) * gen.standard_normal((2, 6, 64, 4)) - 0.25 ** 3 / 2, axis=-1))
+
+    def paths(bump):
+        S = (spots * bump)[:, None, None, None] * growth
+        return xp.asarray(S[..., None].reshape(12, 64, 4, 1).astype(dtype))
+
+    K = xp.asarray(np.repeat(strikes, 6).astype(dtype))[:, None]
+
+    def payoff(X):
+        return xp.maximum((K if X.ndim == 3 else K[:, :, None]) - X[..., 0], 0)
+
+    def host(a):
+        return a if xp is np else xp.asnumpy(a)
+
+    S = paths(1.0)
+    psi = basis.make_basis(name, spots[:, None])
+    res = longstaff_schwartz(S, times, payoff, psi, r, t0=0.1, splits=splits, keep_stopping=True,
+                             regression_dtype=regression_dtype)
+    assert len(res.stopping) == splits + 1
+    kw = {"regression_dtype": regression_dtype,
+          "vanilla": (np.repeat(strikes, 6), np.zeros(12, dtype=bool)) if vanilla else None}
+    again = stopped_cashflows(S, times, res.stopping, payoff, r, t0=0.1, **kw)
+    for a, b in zip([res.value, res.stderr, res.cashflow] + res.parts,
+                    [again.value, again.stderr, again.cashflow] + again.parts, strict=True):
+        np.testing.assert_array_equal(host(a), host(b))
+    bumped = paths(1.01)
+    moved = stopped_cashflows(bumped, times, res.stopping, payoff, r, t0=0.1, **kw)
+    tau = host(res.stopping[0]).astype(int)                                            # (12, 64)
+    Sb = host(bumped)[..., 0].astype(np.float64)
+    at = np.take_along_axis(Sb, tau[..., None], axis=2)[..., 0]
+    ref = np.maximum(np.repeat(strikes, 6)[:, None] - at, 0) * np.exp(-r * (times[tau] - 0.1))
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(host(moved.cashflow), ref, rtol=20 * eps, atol=20 * eps * 100)
+    assert np.any(tau < len(times) - 1) and np.any(tau == len(times) - 1)          # early and late exercises

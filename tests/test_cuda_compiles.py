@@ -40,6 +40,9 @@ INSTANCES = {
                         "concat_gram_small<double, 6>"],
     ENGINE_DIR / "laguerre_lsm.cu": ["laguerre_normal_equations<double, 4>", "laguerre_normal_equations<float, 5>",
                                      "laguerre_fitted<double, 5>", "laguerre_fitted<float, 4>"],
+    ENGINE_DIR / "stopped_cashflows.cu": ["stopped_cashflows<float, double, unsigned short>",
+                                          "stopped_cashflows<double, double, unsigned char>",
+                                          "stopped_cashflows<float, float, int>"],
     MARKET_DIR / "lognormal_paths.cu": ["lognormal_paths<float>", "lognormal_paths<double>"],
 }
 

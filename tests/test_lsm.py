@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from engine_testlib import grouped_lsm_against_alone
+from engine_testlib import grouped_lsm_against_alone, stopped_cashflows_against_lsm
 
 from cva.engine import basis
 from cva.engine import lsm as lsm_module
@@ -322,3 +322,18 @@ def test_concat_gram_numpy_twin_and_its_checks(rng):
 @pytest.mark.parametrize("splits", [0, 1])
 def test_a_scale_per_group_is_each_groups_own_basis(name, payoff_regressor, splits):
     grouped_lsm_against_alone(np, np.float64, name, payoff_regressor, splits)
+
+
+@pytest.mark.parametrize("dtype, regression_dtype", [(np.float64, None), (np.float32, None),
+                                                     (np.float32, np.float64)])
+@pytest.mark.parametrize("name, splits", [("linear", 0), ("linear", 2), ("quadratic", 1)])
+def test_stopped_cashflows_at_the_lsm_exercise_dates(dtype, regression_dtype, name, splits):
+    stopped_cashflows_against_lsm(np, dtype, name, splits, regression_dtype)
+
+
+def test_stopped_cashflows_checks_the_dates_shape():
+    from cva.engine.lsm import stopped_cashflows
+
+    S = np.ones((2, 8, 3, 1))
+    with pytest.raises(ValueError, match="stopping must hold"):
+        stopped_cashflows(S, [0.1, 0.2, 0.3], [np.zeros((2, 4), dtype=np.uint8)], lambda X: X[..., 0], 0.0)

@@ -325,3 +325,22 @@ def test_allocation_of_a_lone_contract_is_the_cva(tmp_path):
     res = cva.run(_config(tmp_path, 9, port, outer_paths=200, inner_paths=32), progress=False)
     (trade,) = res.summary["trades"]
     assert trade["cva_allocation"] == pytest.approx(res.cva, rel=1e-12)
+
+
+@pytest.mark.parametrize("N, depths", [(4, 3), (25, 3), (300, 2), (7, 1)])
+def test_kept_exercise_times_come_back_per_contract_in_any_stack(N, depths):
+    """:class:`cva.engine.nested.ExerciseTimes` packs a call's per-depth exercise dates into one integer per path
+    and gives each contract's back, stacked in any order: the dates it was given."""
+    from cva.engine.nested import ExerciseTimes
+
+    gen = np.random.default_rng(20261128)
+    Lc, M = 5, 8
+    stopping = [gen.integers(0, N, (3 * Lc, M)).astype(np.uint8 if N <= 256 else np.int32) for _ in range(depths)]
+    kept = ExerciseTimes()
+    kept.add([7, 2, 9], 4, stopping, Lc, N)
+    for order in ([2], [9, 7], [7, 2, 9]):
+        got = kept.stacked(order, 4)
+        rows = np.concatenate([np.arange(Lc) + Lc * [7, 2, 9].index(c) for c in order])
+        assert len(got) == depths
+        for k in range(depths):
+            np.testing.assert_array_equal(got[k], stopping[k][rows])

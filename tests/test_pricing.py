@@ -127,3 +127,34 @@ def test_a_bermudan_on_one_asset_of_several_against_quantlib():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_black_scholes_columns_are_each_contract(dtype):
     black_scholes_columns_against_each_contract(np, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_schedules_one_asset_contracts_priced_together_are_each_alone(dtype, monkeypatch):
+    """Bermudan contracts on one asset of a market of several, with one schedule, are priced in one
+    stacked call (several calls past ``STACK_VALUES``): prices, errors, out-of-sample prices and solver statistics
+    bit for bit each contract's own run (the keyed paths are the same whatever the portfolio)."""
+    import cva.engine.pricing as pricing
+
+    put = {"style": "bermudan", "payoff": "put", "maturity": 1.0, "exercise_dates": 4}
+    port = [{**put, "underlying": {"asset": 1}, "strike": 95.0}, {**put, "underlying": {"asset": 0}, "strike": 104.0},
+            {"style": "european", "payoff": "call", "underlying": {"asset": 0}, "strike": 100.0, "maturity": 1.0},
+            {**put, "payoff": "call", "underlying": {"asset": 1}, "strike": 85.0, "quantity": -2.0},
+            {**put, "underlying": {"asset": 0}, "strike": 101.0, "exercise_dates": 2},
+            {**put, "underlying": "basket", "weights": [0.5, 0.5], "strike": 95.0}]
+    cfg = _cfg(4, port, pricing_paths=2000)
+    cfg["run"]["dtype"] = dtype
+    from cva.io.config import load_config
+
+    contracts = [pricing.Contract.from_config(c) for c in load_config(cfg).portfolio]
+    assert [len(b) for b in pricing._batches(contracts, 2, 2000) if len(b) > 1] == [3]
+    for stack_values in (1 << 25, 2 * 2000 * 4):
+        monkeypatch.setattr(pricing, "STACK_VALUES", stack_values)
+        together = cva.price(cfg, out_of_sample=True)
+        for i, c in enumerate(port):
+            alone = cva.price({**cfg, "portfolio": [c]}, out_of_sample=True)
+            for col in ("price", "stderr", "price_oos", "stderr_oos", "closed_form"):
+                np.testing.assert_array_equal(together[col][i], alone[col][0], err_msg=f"{col} of contract {i}")
+            name = together["contract"][i]
+            if name in together.attrs["solver"]:
+                assert together.attrs["solver"][name] == alone.attrs["solver"][alone["contract"][0]]

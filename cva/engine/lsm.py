@@ -46,9 +46,12 @@ class LSMResult:
     stderr : (B,) its Monte Carlo standard error, std(cashflow) / sqrt(M).
     cashflow : (B, M) discounted cashflow of each path at t0.
     coefficients : per exercise date but the last, the (B, p) regression coefficients (the policy).
+    stopping : with ``keep_stopping``, per depth 0 .. s the (B, M) index of each path's exercise date (its first
+        exercise, N - 1 for none before the maturity) under that depth's parts' policies (:func:`stopped_cashflows`).
     reports : per exercise date but the last, the :class:`linalg_gpu.SolverReport`.
     conditions : per exercise date but the last, sampled condition numbers (host arrays), if asked.
-    exercised : (N,) fraction of all paths that exercise at each date.
+    exercised : (N, B) fraction of each set's paths whose exercise value is positive and at least the fitted
+        continuation value at each date (the payoff positive at the last).
     parts : with ``splits`` = s, per depth 1 .. s the (B, 2^depth) values of the sets' equal parts, each
         part regressed and exercised on its own paths.
     """
@@ -61,6 +64,7 @@ class LSMResult:
     conditions: list = field(default_factory=list)
     exercised: np.ndarray | None = None
     parts: list = field(default_factory=list)
+    stopping: list = field(default_factory=list)
 
 
 def _check(S, times, t0):
@@ -74,7 +78,8 @@ def _check(S, times, t0):
 
 
 def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=None, itm_only=True,
-                       memory=None, keys=None, timings=None, condition_sample=0, regression_dtype=None, splits=0):
+                       memory=None, keys=None, timings=None, condition_sample=0, regression_dtype=None, splits=0,
+                       keep_stopping=False):
     """Price the Bermudan claim with exercise dates ``times`` on each of B path sets.
 
     Parameters
@@ -127,9 +132,11 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     if M % 2 ** splits or M // 2 ** splits < 1:
         raise ValueError(f"splits={splits} needs M a multiple of {2 ** splits}, got M = {M}")
     Vs = [V] * (splits + 1)                                                         # per depth: its parts' cashflows
-    exercised = [None] * N                                                          # device scalars until the end
-    exercised[N - 1] = (V > 0).mean()
+    exercised = [None] * N                                                          # (B,) on the device until the end
+    exercised[N - 1] = (V > 0).mean(axis=1)
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
+    stop_dtype = np.uint8 if N <= 256 else np.int32
+    stopping = [xp.full((B, M), N - 1, dtype=stop_dtype) for _ in Vs] if keep_stopping else []
     clock("exercise")                                                              # (the payoff at maturity)
     affine = xp is not np and getattr(basis_fn, "affine", False)                   # psi from S itself
     fused = xp is not np and getattr(basis_fn, "fused", False) and S.shape[3] == 1  # psi evaluated in the kernels
@@ -172,36 +179,61 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         betas = xp.split(beta, [B * (2 ** depth - 1) for depth in range(1, splits + 1)])   # per depth
         reports[j] = rep if splits == 0 else _first_systems(rep, B)
         clock("solve")
-        Cs = _affine_fitted(Sj, basis_fn, h, betas) if affine else None            # every depth in one pass
-        for depth, beta in enumerate(betas):
-            n = 2 ** depth
-            if affine:
-                C = Cs[depth]
-            elif fused:
-                C = _fused_fitted(_parts(Sj, n), basis_fn, _parts(h, n), beta)
-            else:
-                C = strided.matmul(_parts(X, n), beta[..., None])[..., 0]      # (fixed-order sums)
-            ex = (h > 0) & (h >= C.reshape(B, M))
-            exercised[j] = ex.mean() if depth == 0 else exercised[j]
+        for depth, C in enumerate(_continuations(Sj, X, basis_fn, h, betas, affine, fused)):
+            ex = (h > 0) & (h >= C)
+            exercised[j] = ex.mean(axis=1) if depth == 0 else exercised[j]
             Vs[depth] = xp.where(ex, h.astype(S.dtype, copy=False), Vs[depth])
+            if keep_stopping:
+                stopping[depth] = xp.where(ex, stopping[depth].dtype.type(j), stopping[depth])
         coefficients[j] = betas[0]
         clock("exercise")
-    Vs = [v * S.dtype.type(np.exp(-rate * (times[0] - t0))) for v in Vs]          # (B, M) at t0
-    V = Vs[0]
-    value, stderr = V.mean(axis=1), V.std(axis=1, ddof=1) / np.sqrt(M)
-    parts = [Vs[depth].reshape(B, 2 ** depth, M // 2 ** depth).mean(axis=2) for depth in range(1, splits + 1)]
+    value, stderr, V, parts = _at_t0(Vs, times[0] - t0, rate)
     exercised = _host(xp.stack(exercised)).astype(np.float64)                        # (one transfer)
     clock("exercise")
     clock.flush()
     return LSMResult(value=value, stderr=stderr, cashflow=V, coefficients=coefficients, reports=reports,
-                     conditions=conditions, exercised=exercised, parts=parts)
+                     conditions=conditions, exercised=exercised, parts=parts, stopping=stopping)
+
+
+def _at_t0(Vs, dt, rate):
+    """From each depth's cashflows (B, M) at the first exercise date, dt before it t0: the sets' values and
+    standard errors (B,), the whole sets' discounted cashflows (B, M) and per depth 1 .. s the parts' values."""
+    B, M = Vs[0].shape
+    Vs = [v * v.dtype.type(np.exp(-rate * dt)) for v in Vs]                         # (B, M) at t0
+    V = Vs[0]
+    value, stderr = V.mean(axis=1), V.std(axis=1, ddof=1) / np.sqrt(M)
+    parts = [Vs[depth].reshape(B, 2 ** depth, M // 2 ** depth).mean(axis=2) for depth in range(1, len(Vs))]
+    return value, stderr, V, parts
+
+
+def _continuations(Sj, X, basis_fn, h, betas, affine, fused):
+    """The fitted continuation values psi beta (B, M) of one date for each depth's coefficients ``betas[depth]``
+    (B 2^depth, p) of the sets' 2^depth equal parts: from S's slice by strided products (affine basis on the GPU),
+    by the Laguerre kernels (fused), else from the formed regressors X."""
+    B, M = h.shape
+    if affine:
+        return _affine_fitted(Sj, basis_fn, h, betas)                            # every depth in one pass
+    out = []
+    for depth, beta in enumerate(betas):
+        n = 2 ** depth
+        if fused:
+            C = _fused_fitted(_parts(Sj, n), basis_fn, _parts(h, n), beta)
+        else:
+            C = strided.matmul(_parts(X, n), beta[..., None])[..., 0]            # (fixed-order sums)
+        out.append(C.reshape(B, M))
+    return out
 
 
 def _first_systems(rep, n):
     """The solver report of the first ``n`` systems of a batch (the whole sets' of a call with their parts')."""
+    return report_rows(rep, slice(0, n))
+
+
+def report_rows(rep, rows):
+    """The solver report of the systems ``rows`` (a slice) of a batch."""
     arrays = ("method_code", "residual", "n_discarded", "cond_estimate", "breakdown", "ok", "nonfinite")
-    return replace(rep, **{f: getattr(rep, f)[:n] for f in arrays},
-                   start_codes=None if rep.start_codes is None else rep.start_codes[:n])
+    return replace(rep, **{f: getattr(rep, f)[rows] for f in arrays},
+                   start_codes=None if rep.start_codes is None else rep.start_codes[rows])
 
 
 def _parts(a, n):
@@ -431,6 +463,73 @@ def apply_policy(S, times, coefficients, payoff_fn, basis_fn, rate, *, t0=0.0):
              else (basis_fn(Sj, h) @ coefficients[j][..., None])[..., 0])
         V = xp.where((h > 0) & (h >= C), h.astype(S.dtype, copy=False), V)
     return V * S.dtype.type(np.exp(-rate * (times[0] - t0)))
+
+
+def stopped_cashflows(S, times, stopping, payoff_fn, rate, *, t0=0.0, regression_dtype=None, timings=None,
+                      vanilla=None):
+    """The claim on paths S (B, M, N, d) exercised at given dates: ``stopping`` per depth 0 .. s the (B, M) index
+    of each path's exercise date (:attr:`LSMResult.stopping`), each depth's cashflows discounted to t0 as
+    :func:`longstaff_schwartz` discounts them. An :class:`LSMResult` of the values, standard errors, cashflows and
+    (s > 0) the parts' values, without regressions.
+
+    On paths of a bumped market (the same random numbers) with the base market's exercise dates it is the pathwise
+    estimator with the exercise time held fixed (Piterbarg 2004, "Computing deltas of callable LIBOR exotics in
+    forward LIBOR models", J. Comput. Finance; Glasserman 2004, section 7.2): the base's rule is (close to)
+    optimal, so holding it moves the price only to second order in the bump, and no regression of the bumped
+    paths adds its own noise. On S itself it gives the base's results bit for bit (the same operations, with
+    ``regression_dtype`` the base's).
+
+    ``vanilla`` = (strikes, calls), one per set, says that ``payoff_fn`` is the call or put max(+-(S_0 - K), 0) of
+    S's single asset (:func:`cva.instruments.products.stacked_payoff`): on the GPU one kernel then gives every
+    depth's cashflows (``cuda/stopped_cashflows.cu``, the same bits) instead of a pass per date.
+    """
+    xp, times = _check(S, times, t0)
+    clock = StageClock(xp, timings)
+    B, M, N, _ = S.shape
+    if any(tau.shape != (B, M) for tau in stopping):
+        raise ValueError(f"stopping must hold (B, M) = {(B, M)} exercise indices per depth")
+    rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
+    disc = [S.dtype.type(np.exp(-rate * (times[j + 1] - times[j]))) for j in range(N - 1)]
+    if vanilla is not None and xp is not np and S.shape[3] == 1:
+        Vs = _stopped_vanilla(S, stopping, vanilla, disc, rdt)
+    else:
+        Vs = [payoff_fn(S[:, :, N - 1])] * len(stopping)
+        for j in range(N - 2, -1, -1):
+            Vs = [v * disc[j] for v in Vs]
+            h = payoff_fn(S[:, :, j].astype(rdt, copy=False)).astype(S.dtype, copy=False)
+            Vs = [xp.where(tau == j, h, v) for tau, v in zip(stopping, Vs, strict=True)]
+    value, stderr, V, parts = _at_t0(Vs, times[0] - t0, rate)
+    clock("exercise")
+    clock.flush()
+    return LSMResult(value=value, stderr=stderr, cashflow=V, parts=parts)
+
+
+_CTYPES_R = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+_INDEX_CTYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
+                 np.dtype(np.uint32): "unsigned int", np.dtype(np.int32): "int"}
+
+
+def _stopped_vanilla(S, stopping, vanilla, disc, rdt):
+    """:func:`stopped_cashflows`' per-depth cashflows (B, M) of calls and puts on S's one asset, by one kernel."""
+    import cupy as cp
+
+    from linalg_gpu._kernels import get_function, grid_blocks
+
+    B, M, N, _ = S.shape
+    strikes, calls = vanilla
+    tau = cp.stack([cp.asarray(t) for t in stopping])                                 # (depths, B, M)
+    if tau.dtype not in _INDEX_CTYPES:
+        tau = tau.astype(np.int32)
+    fn = get_function("stopped_cashflows.cu", "stopped_cashflows", S.dtype, _CTYPES_R[rdt],
+                      _INDEX_CTYPES[tau.dtype], cuda_dir=CUDA_DIR)
+    it = S.dtype.itemsize
+    out = cp.empty((len(stopping), B, M), dtype=S.dtype)
+    fn((grid_blocks(B * M),), (256,), (S, np.int64(S.strides[0] // it), np.int64(S.strides[1] // it),
+                                       np.int64(S.strides[2] // it), cp.ascontiguousarray(tau),
+                                       np.int32(len(stopping)), cp.asarray(strikes, dtype=np.float64),
+                                       cp.asarray(calls, dtype=bool), cp.asarray(np.array(disc, dtype=S.dtype)),
+                                       np.int32(N), out, np.int64(B), np.int32(M)))
+    return list(out)
 
 
 def report_summary(reports) -> list[dict]:

@@ -30,9 +30,10 @@ import linalg_gpu as lg
 from cva.engine import basis, diagnostics
 from cva.engine.diagnostics import DESIGN_SAMPLE, DESIGN_STACKS
 from cva.engine.estimators import Level, allocate, combine, level_table
-from cva.engine.lsm import StageClock, longstaff_schwartz
+from cva.engine.lsm import StageClock, longstaff_schwartz, stopped_cashflows
 from cva.engine.plan import bytes_per_outer_path, level_specs
 from cva.instruments.analytic import black_scholes_columns
+from cva.instruments.products import stacked_payoff
 from cva.io import rundir
 from cva.io.config import MLMC_LEVEL_PATHS
 from linalg_gpu._backend import get_array_module
@@ -112,6 +113,36 @@ class DateStats:
             self.design[g].extend(rows)
 
 
+class ExerciseTimes:
+    """The exercise dates of a chunk's inner paths in the base market, for its bumped markets
+    (:mod:`cva.xva.sensitivities`, ``exercise_policy: base``): per contract and grid date, each inner path's
+    exercise date under every depth's policies (:attr:`cva.engine.lsm.LSMResult.stopping`), the depths' indices
+    i_k < N packed into one integer sum_k i_k N^k of the fewest bytes (N^3 <= 65536: two bytes for three depths)."""
+
+    def __init__(self):
+        self._kept = {}                                  # (contract, grid date) -> (packed (Lc, M), N, depths)
+
+    def add(self, members, g, stopping, Lc, N):
+        """The exercise dates of a call of N exercise dates whose batch stacks the contracts ``members``."""
+        xp = get_array_module(stopping[0])
+        codes = N ** len(stopping)
+        dtype = next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if codes <= np.iinfo(t).max + 1)
+        packed = xp.zeros(stopping[0].shape, dtype=dtype)
+        for tau in reversed(stopping):
+            packed = packed * dtype(N) + tau.astype(dtype)
+        for pos, ci in enumerate(members):
+            self._kept[ci, g] = (packed[pos * Lc:(pos + 1) * Lc], N, len(stopping))
+
+    def stacked(self, contracts, g):
+        """Per depth the (sets, M) exercise dates of ``contracts`` at grid date g, stacked as one call's batch in
+        that order."""
+        per = [self._kept[ci, g] for ci in contracts]
+        xp = get_array_module(per[0][0])
+        packed = per[0][0] if len(per) == 1 else xp.concatenate([p for p, _, _ in per])
+        _, N, depths = per[0]
+        return [(packed // packed.dtype.type(N ** k)) % packed.dtype.type(N) for k in range(depths)]
+
+
 def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=None, splits=0, cond_sample=0,
                  aggregate=None):
     """The value cube on outer paths l0 .. l0 + Lc - 1 (keys of :mod:`cva.market.rng`; host, float64): the array
@@ -121,8 +152,10 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     :mod:`cva.engine.estimators`), each with its own exercise decisions, at every value date (the exposure
     dates and the CSAs' margin dates). With ``aggregate(cube, revalue)`` (a run's: :meth:`cva.xva.desk.Book.aggregate`,
     ORE's aggregation of its NPV cube) the cube is reduced on the device where it was computed, before it leaves,
-    and the aggregate is returned instead; ``revalue(plan, model)`` gives the aggregate the cube of the same chunk
-    for other contracts or another market (the bumped markets of :mod:`cva.xva.sensitivities`).
+    and the aggregate is returned instead; ``revalue(plan, model, trades)`` gives the aggregate the cube of the same
+    chunk for other contracts (``trades``, their indices in ``plan``) or another market (the bumped markets of
+    :mod:`cva.xva.sensitivities`), with the base market's inner exercise dates (:class:`ExerciseTimes`) where
+    ``sensitivities.exercise_policy`` is ``base``.
 
     The solver memory is per system (``SolverMemory(per_system=True)``) and keyed by contract and
     regression date: each outer path's regression at exercise date t_j starts, at the next
@@ -133,12 +166,16 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     M = plan.inner_paths if inner_paths is None else int(inner_paths)
     if M % 2 ** splits or M // 2 ** splits < 2:
         raise ValueError(f"{M} inner paths cannot be split {splits} times into equal parts of >= 2 paths")
-    V = _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample)
+    sens = cfg.sensitivities
+    kept = ExerciseTimes() if aggregate is not None and sens is not None and \
+        sens.exercise_policy == "base" else None
+    V = _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, keep=kept)
     clock = StageClock(xp, timings)
     if aggregate is not None:
-        def revalue(p, m):                       # the same chunk, a plan's contracts in the market m (on the device)
+        def revalue(p, m, trades):               # the same chunk, a plan's contracts in the market m (on the device)
             clock("aggregation")
-            cube = _cube(cfg, p, m, xp, l0, Lc, DateStats(len(p.grid)), timings, M, splits, 0)
+            cube = _cube(cfg, p, m, xp, l0, Lc, DateStats(len(p.grid)), timings, M, splits, 0,
+                         frozen=None if kept is None else (kept, trades))
             clock.skip()                                                   # booked by the cube's own clock
             return cube
 
@@ -150,8 +187,11 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     return V
 
 
-def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
-    """:func:`chunk_values`' value cube, on the device of ``xp``."""
+def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, keep=None, frozen=None):
+    """:func:`chunk_values`' value cube, on the device of ``xp``; ``keep`` (:class:`ExerciseTimes`) gets the
+    inner paths' exercise dates; with ``frozen`` = (times, trades) the inner problems are not regressed: each inner
+    path exercises at the date kept for its contract in ``trades`` (this plan's contracts' indices in the plan
+    that kept them)."""
     dtype = np.dtype(cfg.run.dtype)
     sim, seed = cfg.simulation, cfg.run.seed
     solver = {"method": cfg.regression.method, "cond_max": cfg.regression.cond_max, "rtol": cfg.regression.rtol}
@@ -206,7 +246,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
                     S_a = slices[assets[0]]
                     S_c = S_a if len(members) == 1 else xp.concatenate([slices[a] for a in assets])
                     slices = None
-                    payoff = _stacked_payoff([plan.contracts[ci] for ci in members], Lc, xp)
+                    payoff = stacked_payoff([plan.contracts[ci] for ci in members], Lc, xp)
                     scale = (np.asarray(model.spot, dtype=float)[assets][:, None] if len(set(assets)) > 1
                              else model.spot[assets[0]:assets[0] + 1])          # each member's own asset's scale
                     psi = basis.make_basis(plan.basis, scale, plan.payoff_regressor, False)
@@ -215,17 +255,30 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample):
                     S_c, payoff = _steps(S_in, later - g - 1), c.payoff_value
                     psi = basis.make_basis(plan.basis, model.spot, plan.payoff_regressor, c.symmetric_in_assets)
                 clock("inner_paths")
-                key = "c" + "+".join(map(str, members))
-                res = longstaff_schwartz(S_c, plan.grid[later], payoff, psi, model.rate, t0=t,
-                                         solver=solver, itm_only=sim.itm_only, memory=memory, timings=timings,
-                                         keys=[f"{key}:r{int(j)}" for j in later], regression_dtype=rdt,
-                                         condition_sample=max(0, min(Lc, cond_sample)), splits=splits)
-                clock.skip()                                                           # booked by the LSM
-                stats.add(g, res, len(members))
+                if frozen is not None:                                  # the kept exercise dates: no regressions
+                    times, trades = frozen
+                    cs = [plan.contracts[ci] for ci in members]
+                    vanilla = None if any(x.underlying != "asset" for x in cs) or S_c.shape[3] != 1 else (
+                        np.repeat([float(x.strike) for x in cs], Lc), np.repeat([x.payoff == "call" for x in cs], Lc))
+                    res = stopped_cashflows(S_c, plan.grid[later], times.stacked([trades[ci] for ci in members], g),
+                                            payoff, model.rate, t0=t, regression_dtype=rdt, timings=timings,
+                                            vanilla=vanilla)
+                    clock.skip()                                                       # booked by the cashflows
+                else:
+                    key = "c" + "+".join(map(str, members))
+                    res = longstaff_schwartz(S_c, plan.grid[later], payoff, psi, model.rate, t0=t,
+                                             solver=solver, itm_only=sim.itm_only, memory=memory, timings=timings,
+                                             keys=[f"{key}:r{int(j)}" for j in later], regression_dtype=rdt,
+                                             condition_sample=max(0, min(Lc, cond_sample)), splits=splits,
+                                             keep_stopping=keep is not None)
+                    clock.skip()                                                       # booked by the LSM
+                    stats.add(g, res, len(members))
+                    if keep is not None:
+                        keep.add(members, g, res.stopping, Lc, len(later))
                 n_design = max(0, min(Lc, cond_sample - COND_SAMPLE + DESIGN_SAMPLE))
                 if n_design and designed < DESIGN_STACKS:            # the design matrices of the first paths
                     ci = members[0]
-                    one = plan.contracts[ci].payoff_value if S_a is None else _stacked_payoff([plan.contracts[ci]],
+                    one = plan.contracts[ci].payoff_value if S_a is None else stacked_payoff([plan.contracts[ci]],
                                                                                               Lc, xp)
                     psi1 = psi if psi.groups == 1 else replace(psi, scale=psi.scale[0])
                     designs.extend((g, j, X) for j, X in diagnostics.sample(S_c if S_a is None else S_a, one, psi1,
@@ -307,26 +360,6 @@ def stack_size(G, d, N) -> int:
     of the first date (G d per path) within :func:`cva.engine.plan.bytes_per_outer_path`'s estimate, less the
     assets' own slices (d N); at least d."""
     return max(d, (2 * G * d - d * N) // (N + 12))
-
-
-def _stacked_payoff(contracts, Lc, xp):
-    """The exercise value of one-asset contracts stacked in a batch (Lc sets each) on their asset's slice
-    (..., 1): max(S - K, 0) or max(K - S, 0) per set, the same operations as :meth:`Contract.payoff_value` (the
-    strikes rounded to the slice's dtype, as a Python float strike is: float32 paths may meet float64
-    regressions)."""
-    if len(contracts) == 1:
-        return replace(contracts[0], asset=0).payoff_value
-    K = xp.asarray(np.repeat([float(c.strike) for c in contracts], Lc))[:, None]     # float64
-    call = xp.asarray(np.repeat([c.payoff == "call" for c in contracts], Lc))[:, None]
-    rounded = {}                                                        # the strikes per dtype, cast once
-
-    def payoff(S):
-        U = S[..., 0]
-        if U.dtype not in rounded:
-            rounded[U.dtype] = K.astype(U.dtype)
-        k, c = (rounded[U.dtype], call) if U.ndim == 2 else (rounded[U.dtype][:, :, None], call[:, :, None])
-        return xp.where(c, xp.maximum(U - k, 0), xp.maximum(k - U, 0))
-    return payoff
 
 
 def _steps(S, idx):

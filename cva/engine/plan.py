@@ -33,6 +33,7 @@ class Plan:
     value_index: np.ndarray           # (V,) grid indices valued: the exposure dates and the CSA's margin dates
     exposure_cols: np.ndarray         # (K,) each exposure date's column of the value cube
     margin_cols: np.ndarray | None    # (K,) the column of t_k - MPR, -1 where it is not after 0; None: no CSA
+    keeps_exercise_times: bool = False  # bumped markets exercise the inner paths when the base did (sensitivities)
 
     @property
     def dates(self) -> np.ndarray:
@@ -57,7 +58,22 @@ def build_plan(cfg) -> Plan:
                 exercise_index=[index(c.exercise_times()) for c in contracts],
                 closed_form=[c.is_european and (c.underlying == "asset" or cfg.d == 1) for c in contracts],
                 outer_paths=cfg.simulation.outer_paths, inner_paths=cfg.simulation.inner_paths_for(),
-                basis=cfg.simulation.basis, payoff_regressor=cfg.simulation.payoff_regressor)
+                basis=cfg.simulation.basis, payoff_regressor=cfg.simulation.payoff_regressor,
+                keeps_exercise_times=_keeps_exercise_times(cfg))
+
+
+def _keeps_exercise_times(cfg) -> bool:
+    """Whether a chunk keeps its inner paths' exercise dates for bumped markets (:mod:`cva.xva.sensitivities`)."""
+    s = cfg.sensitivities
+    return s is not None and s.exercise_policy == "base" and any(h is not None for h in (s.spot, s.vol, s.rate))
+
+
+def inner_valuations(plan) -> int:
+    """The (contract, grid date) pairs valued by inner paths: a contract without a closed form, at each value date
+    and exercise date before its maturity."""
+    values = set(int(g) for g in plan.value_index)
+    return sum(sum(1 for g in range(int(ix[-1])) if g in values or g in set(int(j) for j in ix))
+               for ix, closed in zip(plan.exercise_index, plan.closed_form, strict=True) if not closed)
 
 
 def margin_columns(cfg, value_index, mpr) -> np.ndarray:
@@ -71,11 +87,15 @@ def margin_columns(cfg, value_index, mpr) -> np.ndarray:
 
 def bytes_per_outer_path(plan, d, itemsize) -> int:
     """The memory estimate per outer path of a chunk: the inner paths of the first date (G d values per inner path)
-    and what their regressions hold at once, about twice that again; and two value cubes (float64, up to 7
-    estimator sets per contract and value date: the base's and a bumped market's, :mod:`cva.xva.sensitivities`)."""
+    and what their regressions hold at once, about twice that again; two value cubes (float64, up to 7
+    estimator sets per contract and value date: the base's and a bumped market's, :mod:`cva.xva.sensitivities`);
+    with ``keeps_exercise_times``, two bytes per inner path and inner valuation (four past 40 exercise dates:
+    :class:`cva.engine.nested.ExerciseTimes`)."""
     p = basis.basis_size(plan.basis, d, plan.payoff_regressor)
     cube = 2 * 7 * 8 * len(plan.contracts) * len(plan.value_index)
-    return plan.inner_paths * itemsize * (3 * len(plan.grid) * d + 4 * p + 8) + cube
+    width = 2 if max((len(ix) for ix in plan.exercise_index), default=1) <= 40 else 4
+    kept = width * plan.inner_paths * inner_valuations(plan) if plan.keeps_exercise_times else 0
+    return plan.inner_paths * itemsize * (3 * len(plan.grid) * d + 4 * p + 8) + cube + kept
 
 
 #: Inner asset-steps per second, regressions included, as measured here: the quickstart on a 2-core CPU

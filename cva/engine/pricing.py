@@ -4,7 +4,8 @@ Every contract is simulated on its own exercise grid from keyed normals (purpose
 so the contracts of one file share their random numbers (common random numbers). European
 contracts are the discounted mean payoff and come with their closed form where one exists
 (:mod:`cva.instruments.analytic`); Bermudan and American ones use :func:`cva.engine.lsm.longstaff_schwartz`, a
-contract on one asset of a market of several regressing on its own asset alone (its price is a function of it).
+contract on one asset of a market of several regressing on its own asset alone (its price is a function of it),
+those of one schedule in one call (bit for bit each alone).
 With ``out_of_sample`` the estimated exercise policy is also applied to a second,
 independent path set (purpose "price_eval"), a low-biased estimate (LS 2001, section 3).
 """
@@ -12,21 +13,22 @@ independent path set (purpose "price_eval"), a low-biased estimate (LS 2001, sec
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from cva.backend import resolve_backend
 from cva.engine import basis
-from cva.engine.lsm import apply_policy, longstaff_schwartz, report_summary
+from cva.engine.lsm import apply_policy, longstaff_schwartz, report_rows, report_summary
 from cva.instruments.analytic import closed_form_price
-from cva.instruments.products import Contract
+from cva.instruments.products import Contract, stacked_payoff
 from cva.io.config import load_config
 from cva.market.model import BlackScholes
 from linalg_gpu._backend import to_host as _host
 
 Z95 = 1.959963984540054
+#: The most path values (contracts x paths x exercise dates) of one stacked Longstaff-Schwartz call
+STACK_VALUES = 1 << 25
 
 
 def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
@@ -63,51 +65,86 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
     contracts = [Contract.from_config(c) for c in cfg.portfolio]
     draw = dict(seed=cfg.run.seed, dtype=dtype, xp=xp, antithetic=sim.antithetic)
     drawn = {}                             # the keyed paths of the last grid: contracts of one schedule share them
-    for i in sorted(range(len(contracts)), key=lambda i: tuple(contracts[i].exercise_times())):
-        contract = contracts[i]
-        times = contract.exercise_times()
+    for batch in _batches(contracts, model.d, M):
+        first = contracts[batch[0]]
+        times = first.exercise_times()
         grid = np.concatenate([[0.0], times])
         if drawn.get("grid") is None or not np.array_equal(drawn["grid"], grid):
             drawn = {"grid": grid, "price": model.sample(grid, M, purpose="price", **draw)}     # (1, M, N, d)
         S = drawn["price"]
-        assets, payoff = slice(None), contract.payoff_value
-        if contract.underlying == "asset" and model.d > 1 and not contract.is_european:
-            a = contract.asset                              # Markov in its own asset: regress on it alone
-            assets, payoff = slice(a, a + 1), replace(contract, asset=0).payoff_value
-            basis_fn = basis.make_basis(sim.basis, model.spot[assets], sim.payoff_regressor, False)
-        else:
-            basis_fn = basis.make_basis(sim.basis, model.spot, sim.payoff_regressor, contract.symmetric_in_assets)
+        stacked = first.underlying == "asset" and model.d > 1 and not first.is_european
+        if stacked:                        # Markov in its own asset: regress on it alone, one call for the batch
+            assets = [contracts[i].asset for i in batch]
+            payoff = stacked_payoff([contracts[i] for i in batch], 1, xp)
+            scale = model.spot[assets][:, None] if len(set(assets)) > 1 else model.spot[assets[0]:assets[0] + 1]
+            basis_fn = basis.make_basis(sim.basis, scale, sim.payoff_regressor, False)
 
-        row = {"contract": contract.name, "style": contract.style, "quantity": contract.quantity}
-        if contract.is_european:
-            cash = contract.payoff_value(S[:, :, -1]) * dtype.type(np.exp(-model.rate * contract.maturity))
-            policy = None
+            def own(P, assets=assets):     # (B, M, N, 1): each contract's asset's slice of the shared paths
+                return xp.concatenate([P[..., a:a + 1] for a in assets])
         else:
-            res = longstaff_schwartz(S[..., assets], times, payoff, basis_fn, model.rate, solver=solver,
+            payoff = first.payoff_value
+            basis_fn = basis.make_basis(sim.basis, model.spot, sim.payoff_regressor, first.symmetric_in_assets)
+
+            def own(P):
+                return P
+        if first.is_european:
+            cash = first.payoff_value(S[:, :, -1]) * dtype.type(np.exp(-model.rate * first.maturity))
+            res = None
+        else:
+            res = longstaff_schwartz(own(S), times, payoff, basis_fn, model.rate, solver=solver,
                                      itm_only=sim.itm_only, regression_dtype=rdt)
-            cash, policy = res.cashflow, res.coefficients
-            solver_stats[contract.name] = {"exercised": res.exercised.tolist(), "dates": report_summary(res.reports)}
-        row.update(_estimate(cash, sim.antithetic))
-        cf = closed_form_price(contract, model)
-        row["closed_form"] = np.nan if cf is None else cf
-        row["value"] = contract.quantity * row["price"]
-        if oos:
-            if policy is None:
-                row.update(price_oos=row["price"], stderr_oos=row["stderr"])
-            else:
-                if "price_eval" not in drawn:
-                    drawn["price_eval"] = model.sample(grid, M, purpose="price_eval", **draw)
-                S2 = drawn["price_eval"]
-                est = _estimate(apply_policy(S2[..., assets], times, policy, payoff, basis_fn, model.rate),
-                                sim.antithetic)
-                row.update(price_oos=est["price"], stderr_oos=est["stderr"])
-        rows[i] = row
+        cash_oos = None
+        if oos and res is not None:
+            if "price_eval" not in drawn:
+                drawn["price_eval"] = model.sample(grid, M, purpose="price_eval", **draw)
+            cash_oos = apply_policy(own(drawn["price_eval"]), times, res.coefficients, payoff, basis_fn, model.rate)
+        for pos, i in enumerate(batch):
+            contract = contracts[i]
+            row = {"contract": contract.name, "style": contract.style, "quantity": contract.quantity}
+            if res is not None:
+                cash = res.cashflow[pos:pos + 1]
+                solver_stats[contract.name] = {
+                    "exercised": res.exercised[:, pos].tolist(),
+                    "dates": report_summary([rep if rep is None else report_rows(rep, slice(pos, pos + 1))
+                                             for rep in res.reports])}
+            row.update(_estimate(cash, sim.antithetic))
+            cf = closed_form_price(contract, model)
+            row["closed_form"] = np.nan if cf is None else cf
+            row["value"] = contract.quantity * row["price"]
+            if oos:
+                if cash_oos is None:
+                    row.update(price_oos=row["price"], stderr_oos=row["stderr"])
+                else:
+                    est = _estimate(cash_oos[pos:pos + 1], sim.antithetic)
+                    row.update(price_oos=est["price"], stderr_oos=est["stderr"])
+            rows[i] = row
     df = pd.DataFrame([rows[i] for i in range(len(contracts))])
     solver_stats = {c.name: solver_stats[c.name] for c in contracts if c.name in solver_stats}
     df.attrs.update(backend=label, paths=M, dtype=str(dtype), seed=cfg.run.seed, basis=sim.basis,
                     regression_dtype=rdt.name,
                     seconds=time.perf_counter() - t_start, solver=solver_stats)
     return df
+
+
+def _batches(contracts, d, M):
+    """The contracts in the order of their exercise schedules, in batches priced by one call on one schedule's
+    paths: on a market of d > 1 assets the Bermudan and American contracts on one asset with the same schedule
+    together (each regressed on its own asset with its own basis scale, bit for bit as alone), up to
+    :data:`STACK_VALUES` path values; every other contract alone."""
+    order = sorted(range(len(contracts)), key=lambda i: tuple(contracts[i].exercise_times()))
+    out, open_ = [], {}
+    for i in order:
+        c = contracts[i]
+        if c.underlying == "asset" and d > 1 and not c.is_european:
+            key = tuple(c.exercise_times())
+            batch = open_.get(key)
+            if batch is None or len(batch) * M * len(key) >= STACK_VALUES:
+                batch = open_[key] = []
+                out.append(batch)
+            batch.append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def _estimate(cash, antithetic=False) -> dict:

@@ -8,7 +8,7 @@ quantity in the netting set. Everything here works on numpy and cupy arrays alik
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -92,3 +92,23 @@ class Contract:
         und = f"asset {self.asset}" if self.underlying == "asset" else self.underlying
         dates = "" if self.is_european else f", {self.n_exercise} dates"
         return f"{self.style} {self.payoff} on {und}, K={self.strike:g}, T={self.maturity:g}{dates}"
+
+
+def stacked_payoff(contracts, sets, xp):
+    """The exercise value of one-asset contracts stacked in a batch (``sets`` path sets each) on their asset's slice
+    (..., 1): max(S - K, 0) or max(K - S, 0) per set, the same operations as :meth:`Contract.payoff_value` (the
+    strikes rounded to the slice's dtype, as a Python float strike is: float32 paths may meet float64
+    regressions)."""
+    if len(contracts) == 1:
+        return replace(contracts[0], asset=0).payoff_value
+    K = xp.asarray(np.repeat([float(c.strike) for c in contracts], sets))[:, None]     # float64
+    call = xp.asarray(np.repeat([c.payoff == "call" for c in contracts], sets))[:, None]
+    rounded = {}                                                        # the strikes per dtype, cast once
+
+    def payoff(S):
+        U = S[..., 0]
+        if U.dtype not in rounded:
+            rounded[U.dtype] = K.astype(U.dtype)
+        k, c = (rounded[U.dtype], call) if U.ndim == 2 else (rounded[U.dtype][:, :, None], call[:, :, None])
+        return xp.where(c, xp.maximum(U - k, 0), xp.maximum(k - U, 0))
+    return payoff

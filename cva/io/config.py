@@ -903,7 +903,11 @@ class Sensitivities(_Section):
         None, description="absolute rate bump (e.g. 0.0001): dCVA/dr")
     hazard: Annotated[Num, Field(gt=0, lt=1)] | None = Field(
         None, description="parallel shift of the counterparty's hazard rates (e.g. 0.0001): dCVA/dlambda")
-
+    exercise_policy: Literal["base", "bumped"] = Field(
+        "base", description="base: in a bumped market each inner path of a Bermudan or American trade exercises "
+        "when it did in the base market (the pathwise estimator with the exercise time held fixed, Piterbarg 2004): "
+        "no regressions of its own; bumped: every bumped market runs its own regressions, as a whole run in that "
+        "market would")
 
 _OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output", "sensitivities", "csa", "counterparties",
                       "trades_file", "portfolio", "counterparty", "own_credit")

@@ -169,6 +169,7 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
         "solver": {"systems": int(solver["systems"].sum()), "method_mix": totals,
                    "failed": int(solver["failed"].sum())},
         "elapsed_seconds": elapsed, "runtime_seconds": dict(timings), "versions": report._versions(),
+        "pricing_seconds": None if prices is None else float(prices.attrs["seconds"]),
         "config_hash": manifest["config_hash"], "config": cfg.to_dict(),
         "correlation_repair": cfg.market.correlation_repair, "factors": cfg.market.factor_model,
     }

@@ -2,7 +2,11 @@
 Financial Engineering", section 7.1): each bumped market draws the same keyed streams, so the per-path
 differences are small and their standard error is that of the difference, not of two independent runs.
 A hazard bump reweights the base run's values (:func:`cs01`). Spot, vol and rate bumps value the trades again,
-in every chunk next to the base and only the trades a bump moves (:class:`BumpedDesk`)."""
+in every chunk next to the base and only the trades a bump moves (:class:`BumpedDesk`). By default
+(``exercise_policy: base``) each inner path of a Bermudan or American trade exercises in a bumped market when it
+did in the base (the pathwise estimator with the exercise time held fixed: Piterbarg 2004, "Computing deltas of
+callable LIBOR exotics in forward LIBOR models"): the optimal rule moves a price only to second order in the bump,
+the regressions' noise is common to both sides of a difference, and a bumped market costs no regression of its own."""
 
 from __future__ import annotations
 
@@ -42,14 +46,14 @@ class BumpedDesk:
                   for i in range(model.d)]
         # a contract on several assets regresses on every asset (a basket weight of 0 too): each asset moves it
         several = [[c for c in range(C) if plan.contracts[c].underlying != "asset"]] * model.d
-        self.passes, self.scenarios, self.rows = [], [], []      # (plan, model); (pass trades, weights); result rows
+        self.passes, self.scenarios, self.rows = [], [], []      # (plan, model, trades); (pass trades, weights); rows
 
         trades_of = []                                             # per pass, its trades' base indices
 
         def add_pass(trades, m):
             if not trades:
                 return None
-            self.passes.append((_subplan(plan, trades), m))
+            self.passes.append((_subplan(plan, trades), m, list(trades)))
             trades_of.append(list(trades))
             return len(self.passes) - 1
 
@@ -109,8 +113,8 @@ class BumpedDesk:
         kept, done = {}, {}
         for s in (s for s, end in enumerate(last) if end < 0):
             done[s] = self._cva(P, s, xp)
-        for p, (plan, model) in enumerate(self.passes):
-            kept[p] = revalue(plan, model)
+        for p, (plan, model, trades) in enumerate(self.passes):
+            kept[p] = revalue(plan, model, trades)
             for s in (s for s, end in enumerate(last) if end == p):
                 Ps = P.copy()
                 for q, trades in self.scenarios[s][0]:

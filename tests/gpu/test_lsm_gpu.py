@@ -5,7 +5,11 @@ import pytest
 
 cp = pytest.importorskip("cupy")
 
-from engine_testlib import black_scholes_columns_against_each_contract, grouped_lsm_against_alone  # noqa: E402
+from engine_testlib import (  # noqa: E402
+    black_scholes_columns_against_each_contract,
+    grouped_lsm_against_alone,
+    stopped_cashflows_against_lsm,
+)
 
 from cva.engine import basis  # noqa: E402
 from cva.engine.lsm import (  # noqa: E402
@@ -401,3 +405,48 @@ def test_a_scale_per_group_is_each_groups_own_basis_gpu(dtype, name, payoff_regr
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_black_scholes_columns_are_each_contract_gpu(dtype):
     black_scholes_columns_against_each_contract(cp, dtype)
+
+
+@pytest.mark.parametrize("dtype, regression_dtype", [(np.float64, None), (np.float32, None),
+                                                     (np.float32, np.float64)])
+@pytest.mark.parametrize("name, splits", [("linear", 0), ("linear", 2), ("quadratic", 1)])
+@pytest.mark.parametrize("vanilla", [False, True])
+def test_stopped_cashflows_at_the_lsm_exercise_dates_gpu(dtype, regression_dtype, name, splits, vanilla):
+    """The GPU's LSM (affine: the strided Gram and fitted values; quadratic: the formed basis) and the cashflows at
+    its kept exercise dates, by the loop over the dates and by the kernel, bitwise
+    (:func:`engine_testlib.stopped_cashflows_against_lsm`)."""
+    stopped_cashflows_against_lsm(cp, dtype, name, splits, regression_dtype, vanilla)
+
+
+@pytest.mark.parametrize("dtype, regression_dtype", [(np.float64, np.float64), (np.float32, np.float32),
+                                                     (np.float32, np.float64)])
+@pytest.mark.parametrize("index", [np.uint8, np.uint16, np.int32])
+def test_stopped_cashflows_kernel_is_the_loop(rng, dtype, regression_dtype, index):
+    """``cuda/stopped_cashflows.cu`` against the loop over the dates (its numpy twin) on the same device arrays:
+    calls and puts, strikes at and away from the prices, three depths of random exercise dates, an asset's slice
+    read through its strides (every other date of a 3-asset array), bitwise."""
+    from cva.engine.lsm import stopped_cashflows
+
+    B, M, N = 37, 300, 6
+    full = cp.asarray((60 + 80 * rng.random((B, M, 2 * N, 3))).astype(dtype))
+    S = full[:, :, ::2, 1:2]                                                      # (B, M, N, 1), strided
+    strikes = np.round(60 + 80 * rng.random(B), 1)
+    strikes[0] = float(cp.asnumpy(S[0, 0, N - 1, 0]))                             # a price exactly at the strike
+    calls = rng.random(B) < 0.5
+    K = cp.asarray(strikes)[:, None]
+    c = cp.asarray(calls)[:, None]
+
+    def payoff(X):
+        U = X[..., 0]
+        k, cc = (K.astype(U.dtype), c) if U.ndim == 2 else (K.astype(U.dtype)[:, :, None], c[:, :, None])
+        return cp.where(cc, cp.maximum(U - k, 0), cp.maximum(k - U, 0))
+
+    stopping = [cp.asarray(rng.integers(0, N, (B, M)).astype(index)) for _ in range(3)]
+    times = np.array([0.2, 0.35, 0.5, 0.8, 0.9, 1.4])
+    kw = dict(t0=0.05, regression_dtype=regression_dtype)
+    loop = stopped_cashflows(S, times, stopping, payoff, 0.04, **kw)
+    kernel = stopped_cashflows(S, times, stopping, payoff, 0.04, vanilla=(strikes, calls), **kw)
+    for a, b in zip([loop.value, loop.stderr, loop.cashflow] + loop.parts,
+                    [kernel.value, kernel.stderr, kernel.cashflow] + kernel.parts, strict=True):
+        np.testing.assert_array_equal(cp.asnumpy(a), cp.asnumpy(b))
+    assert float(cp.count_nonzero(loop.cashflow)) > 0.3 * B * M
