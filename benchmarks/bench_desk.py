@@ -4,7 +4,8 @@ American), bilateral CVA/DVA, the value cube and, optionally, the four sensitivi
 Usage::
 
     python benchmarks/bench_desk.py [--counterparties 20] [--netting-sets 40] [--trades 400] [--assets 10]
-                                    [--dates 24] [--outer 8192] [--inner 128] [--sensitivities [--skip-base]]
+                                    [--dates 24] [--outer 8192] [--inner 128]
+                                    [--sensitivities [--skip-base] [--exercise-policy base|bumped]]
                                     [--backend gpu] [--json benchmarks/results/desk_h100.json]
 
 The desk is drawn from a fixed seed (numpy's generator): spots 50-150, vols 0.15-0.4, equicorrelation 0.3;
@@ -12,7 +13,10 @@ maturities 0.5, 1, 1.5 or 2 years; Bermudans exercisable quarterly, a tenth of t
 a year, maturity 0.5); strikes within 20 % of the spot, long or short. Netting sets are dealt round-robin to the
 counterparties; every other one has a CSA (threshold 0-10, MTA 0.5, MPR 10 calendar days). Reported: the run's
 seconds (engine, and the measures and files after it), the engine's stages, the value cube's shape and bytes,
-the CVA and DVA with their errors; with ``--sensitivities`` the same run with the four families.
+the CVA and DVA with their errors (each timed run after an untimed one of 256 x 16 paths that compiles the
+kernels); with ``--sensitivities`` the same run with the four families (the bumped markets
+exercising the inner paths when the base did, the default ``exercise_policy: base``; ``--exercise-policy bumped``
+regresses them again).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from _results import write_results
 import cva
 
 
-def desk(counterparties, netting_sets, trades, assets, dates, outer, inner, backend, dtype, sensitivities, seed=5):
+def desk(counterparties, netting_sets, trades, assets, dates, outer, inner, backend, dtype, sensitivities, seed=5,
+         exercise_policy="base"):
     rng = np.random.default_rng(seed)
     spot = rng.uniform(50, 150, assets).round(2)
     cps = [{"name": f"CP{i:02d}", "recovery": 0.4, "hazard_rate": round(float(rng.uniform(0.005, 0.05)), 4),
@@ -58,23 +63,26 @@ def desk(counterparties, netting_sets, trades, assets, dates, outer, inner, back
            "own_credit": {"recovery": 0.4, "hazard_rate": 0.01}, "counterparties": cps,
            "simulation": {"dates": dates, "outer_paths": outer, "inner_paths": inner, "basis": "linear"}}
     if sensitivities:
-        cfg["sensitivities"] = {"spot": 0.01, "vol": 0.01, "rate": 0.0001, "hazard": 0.0001}
+        cfg["sensitivities"] = {"spot": 0.01, "vol": 0.01, "rate": 0.0001, "hazard": 0.0001,
+                                "exercise_policy": exercise_policy}
     return cfg
 
 
 def one(args, sensitivities):
     cfg = desk(args.counterparties, args.netting_sets, args.trades, args.assets, args.dates, args.outer, args.inner,
-               args.backend, args.dtype, sensitivities)
+               args.backend, args.dtype, sensitivities, exercise_policy=args.exercise_policy)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         res = cva.run(cfg, out=tmp, progress=False, log=print, confirm=True)
         total = time.perf_counter() - t0
     s = res.summary
-    return {"sensitivities": sensitivities, "seconds": total, "engine_seconds": s["elapsed_seconds"],
-            "after_engine_seconds": total - s["elapsed_seconds"], "stage_seconds": s["runtime_seconds"],
+    return {"sensitivities": sensitivities, "exercise_policy": args.exercise_policy if sensitivities else None,
+            "seconds": total, "engine_seconds": s["elapsed_seconds"],
+            "after_engine_seconds": total - s["elapsed_seconds"], "pricing_seconds": s["pricing_seconds"],
+            "stage_seconds": s["runtime_seconds"],
             "value_cube": s["value_cube"], "grid_dates": s["grid_dates"], "chunk": s["chunk"], "device": s["device"],
             "cva": s["cva"], "cva_stderr": s["stderr"], "dva": s["dva"], "dva_stderr": s["dva_stderr"],
-            "regression_systems": s["solver"]["systems"]}
+            "regression_systems": s["solver"]["systems"], "greeks": s.get("sensitivities")}
 
 
 def main(argv=None):
@@ -90,13 +98,19 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--sensitivities", action="store_true", help="also the run with the four families")
     ap.add_argument("--skip-base", action="store_true", help="with --sensitivities: that run alone")
+    ap.add_argument("--exercise-policy", default="base", choices=("base", "bumped"),
+                    help="the bumped markets' inner exercise (sensitivities.exercise_policy)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     result = {"benchmark": "desk", "date": dt.datetime.now().isoformat(timespec="seconds"),
               "cpu": platform.processor() or platform.machine(),
               "sizes": {k: getattr(args, k) for k in ("counterparties", "netting_sets", "trades", "assets", "dates",
                                                        "outer", "inner", "dtype")}, "rows": []}
-    for sens in ((True,) if args.skip_base else (False, True)) if args.sensitivities else (False,):
+    runs = ((True,) if args.skip_base else (False, True)) if args.sensitivities else (False,)
+    warm = argparse.Namespace(**{**vars(args), "outer": 256, "inner": 16})
+    for sens in runs:                                  # the kernels compiled and the caches warm: not timed
+        one(warm, sens)
+    for sens in runs:
         row = one(args, sens)
         result["rows"].append(row)
         print(f"sensitivities {sens}: {row['seconds']:.1f} s ({row['engine_seconds']:.1f} s engine), cube "
