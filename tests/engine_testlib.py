@@ -102,3 +102,51 @@ def stopped_cashflows_against_lsm(xp, dtype, name, splits, regression_dtype=None
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(host(moved.cashflow), ref, rtol=20 * eps, atol=20 * eps * 100)
     assert np.any(tau < len(times) - 1) and np.any(tau == len(times) - 1)          # early and late exercises
+
+
+def bumped_desk(outer=200, inner=16):
+    """Two counterparties: Bermudan puts on two assets netted, a basket put with a weight of 0 and a European call
+    under a CSA, our own credit (bilateral weights), a credit curve from CDS spreads and a vol below its bump."""
+    market = {"spot": [100.0, 90.0, 80.0], "vol": [0.2, 0.3, 0.005], "rate": 0.03, "correlation": 0.3}
+    put = {"style": "bermudan", "payoff": "put", "strike": 100.0, "maturity": 1.0, "exercise_dates": 4}
+    cps = [{"name": "A", "recovery": 0.4, "cds_spreads": {1: 0.01, 2: 0.015},
+            "netting_sets": [{"name": "a1", "portfolio": [{**put, "underlying": {"asset": 0}},
+                                                          {**put, "underlying": {"asset": 1}, "strike": 90.0,
+                                                           "quantity": -1.0}]},
+                             {"name": "a2", "csa": {"threshold": 1.0, "margin_period_of_risk": "10d"},
+                              "portfolio": [{**put, "underlying": "basket", "weights": [1.0, 1.0, 0.0],
+                                             "strike": 90.0, "quantity": 2.0},
+                                            {"style": "european", "payoff": "call", "underlying": {"asset": 2},
+                                             "strike": 80.0, "maturity": 1.0}]}]},
+           {"name": "B", "recovery": 0.3, "hazard_rate": 0.03,
+            "netting_sets": [{"name": "b", "portfolio": [{**put, "underlying": {"asset": 1}, "quantity": 3.0}]}]}]
+    return {"run": {"name": "d", "seed": 3, "backend": "cpu"}, "market": market, "counterparties": cps,
+            "own_credit": {"recovery": 0.4, "hazard_rate": 0.01},
+            "simulation": {"dates": 4, "outer_paths": outer, "inner_paths": inner}}
+
+
+def kept_exercise_dates_give_the_base_cube(xp):
+    """A chunk of :func:`bumped_desk` valued again with the base's kept inner exercise dates and no bump
+    (``exercise_policy: base``) is the base's value cube bit for bit, for every trade and for a subset stacked in
+    another order, on one chunk and on two."""
+    from cva.engine.nested import DateStats, chunk_values
+    from cva.engine.plan import build_plan
+    from cva.io.config import load_config
+    from cva.market.model import BlackScholes
+    from cva.xva.sensitivities import _subplan
+
+    cfg = load_config({**bumped_desk(outer=24, inner=16), "sensitivities": {"spot": 0.01}})
+    plan, model = build_plan(cfg), BlackScholes.from_market(cfg.market)
+    assert plan.keeps_exercise_times and any(not c.is_european for c in plan.contracts)
+    every, some = list(range(len(plan.contracts))), [4, 1, 2]          # 4 and 1 stacked, in another order
+
+    def aggregate(V, revalue):
+        return xp.concatenate([V, revalue(plan, model, every), revalue(_subplan(plan, some), model, some)], axis=2)
+
+    for l0, Lc in ((0, 24), (5, 7)):
+        out = chunk_values(cfg, plan, model, xp, l0, Lc, DateStats(len(plan.grid)), None, splits=2,
+                           aggregate=aggregate)
+        C = len(every)
+        np.testing.assert_array_equal(out[:, :, C:2 * C], out[:, :, :C])
+        np.testing.assert_array_equal(out[:, :, 2 * C:], out[:, :, some])
+        assert np.all(np.isfinite(out)) and np.any(out[:, :, 0] != 0)

@@ -327,7 +327,7 @@ def test_allocation_of_a_lone_contract_is_the_cva(tmp_path):
     assert trade["cva_allocation"] == pytest.approx(res.cva, rel=1e-12)
 
 
-@pytest.mark.parametrize("N, depths", [(4, 3), (25, 3), (300, 2), (7, 1)])
+@pytest.mark.parametrize("N, depths", [(4, 3), (25, 3), (300, 2), (7, 1), (256, 1), (16, 2), (41, 3)])
 def test_kept_exercise_times_come_back_per_contract_in_any_stack(N, depths):
     """:class:`cva.engine.nested.ExerciseTimes` packs a call's per-depth exercise dates into one integer per path
     and gives each contract's back, stacked in any order: the dates it was given."""

@@ -50,8 +50,8 @@ class LSMResult:
         exercise, N - 1 for none before the maturity) under that depth's parts' policies (:func:`stopped_cashflows`).
     reports : per exercise date but the last, the :class:`linalg_gpu.SolverReport`.
     conditions : per exercise date but the last, sampled condition numbers (host arrays), if asked.
-    exercised : (N, B) fraction of each set's paths whose exercise value is positive and at least the fitted
-        continuation value at each date (the payoff positive at the last).
+    exercised : (N,) fraction of all paths whose exercise value is positive and at least the fitted continuation
+        value at each date (the payoff positive at the last); with ``exercised_per_set`` (N, B), each set's.
     parts : with ``splits`` = s, per depth 1 .. s the (B, 2^depth) values of the sets' equal parts, each
         part regressed and exercised on its own paths.
     """
@@ -79,7 +79,7 @@ def _check(S, times, t0):
 
 def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=None, itm_only=True,
                        memory=None, keys=None, timings=None, condition_sample=0, regression_dtype=None, splits=0,
-                       keep_stopping=False):
+                       keep_stopping=False, exercised_per_set=False):
     """Price the Bermudan claim with exercise dates ``times`` on each of B path sets.
 
     Parameters
@@ -118,6 +118,10 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         are formed once and averaged for the coarser ones (with a ``fused`` basis each depth's are computed in
         its own pass), the right-hand sides, solves and exercise decisions are each part's own. The reports,
         conditions and coefficients are the whole sets'.
+    keep_stopping : bool, default False
+        Keep each path's exercise date per depth (``result.stopping``).
+    exercised_per_set : bool, default False
+        ``result.exercised`` per set, (N, B) (the stacked contracts of :func:`cva.engine.pricing.price`).
 
     Returns
     -------
@@ -132,8 +136,9 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     if M % 2 ** splits or M // 2 ** splits < 1:
         raise ValueError(f"splits={splits} needs M a multiple of {2 ** splits}, got M = {M}")
     Vs = [V] * (splits + 1)                                                         # per depth: its parts' cashflows
-    exercised = [None] * N                                                          # (B,) on the device until the end
-    exercised[N - 1] = (V > 0).mean(axis=1)
+    share = (lambda e: e.mean(axis=1)) if exercised_per_set else (lambda e: e.mean())
+    exercised = [None] * N                                                          # on the device until the end
+    exercised[N - 1] = share(V > 0)
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
     stop_dtype = np.uint8 if N <= 256 else np.int32
     stopping = [xp.full((B, M), N - 1, dtype=stop_dtype) for _ in Vs] if keep_stopping else []
@@ -181,7 +186,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         clock("solve")
         for depth, C in enumerate(_continuations(Sj, X, basis_fn, h, betas, affine, fused)):
             ex = (h > 0) & (h >= C)
-            exercised[j] = ex.mean(axis=1) if depth == 0 else exercised[j]
+            exercised[j] = share(ex) if depth == 0 else exercised[j]
             Vs[depth] = xp.where(ex, h.astype(S.dtype, copy=False), Vs[depth])
             if keep_stopping:
                 stopping[depth] = xp.where(ex, stopping[depth].dtype.type(j), stopping[depth])

@@ -31,7 +31,7 @@ from cva.engine import basis, diagnostics
 from cva.engine.diagnostics import DESIGN_SAMPLE, DESIGN_STACKS
 from cva.engine.estimators import Level, allocate, combine, level_table
 from cva.engine.lsm import StageClock, longstaff_schwartz, stopped_cashflows
-from cva.engine.plan import bytes_per_outer_path, level_specs
+from cva.engine.plan import bytes_per_outer_path, exercise_code_dtype, level_specs
 from cva.instruments.analytic import black_scholes_columns
 from cva.instruments.products import stacked_payoff
 from cva.io import rundir
@@ -124,11 +124,9 @@ class ExerciseTimes:
 
     def add(self, members, g, stopping, Lc, N):
         """The exercise dates of a call of N exercise dates whose batch stacks the contracts ``members``."""
-        xp = get_array_module(stopping[0])
-        codes = N ** len(stopping)
-        dtype = next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if codes <= np.iinfo(t).max + 1)
-        packed = xp.zeros(stopping[0].shape, dtype=dtype)
-        for tau in reversed(stopping):
+        dtype = exercise_code_dtype(N, len(stopping)).type
+        packed = stopping[-1].astype(dtype)                            # (N itself may not fit with one depth)
+        for tau in reversed(stopping[:-1]):
             packed = packed * dtype(N) + tau.astype(dtype)
         for pos, ci in enumerate(members):
             self._kept[ci, g] = (packed[pos * Lc:(pos + 1) * Lc], N, len(stopping))
@@ -140,6 +138,8 @@ class ExerciseTimes:
         xp = get_array_module(per[0][0])
         packed = per[0][0] if len(per) == 1 else xp.concatenate([p for p, _, _ in per])
         _, N, depths = per[0]
+        if depths == 1:
+            return [packed]
         return [(packed // packed.dtype.type(N ** k)) % packed.dtype.type(N) for k in range(depths)]
 
 
@@ -166,9 +166,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     M = plan.inner_paths if inner_paths is None else int(inner_paths)
     if M % 2 ** splits or M // 2 ** splits < 2:
         raise ValueError(f"{M} inner paths cannot be split {splits} times into equal parts of >= 2 paths")
-    sens = cfg.sensitivities
-    kept = ExerciseTimes() if aggregate is not None and sens is not None and \
-        sens.exercise_policy == "base" else None
+    kept = ExerciseTimes() if aggregate is not None and plan.keeps_exercise_times else None
     V = _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, keep=kept)
     clock = StageClock(xp, timings)
     if aggregate is not None:

@@ -72,8 +72,15 @@ def inner_valuations(plan) -> int:
     """The (contract, grid date) pairs valued by inner paths: a contract without a closed form, at each value date
     and exercise date before its maturity."""
     values = set(int(g) for g in plan.value_index)
-    return sum(sum(1 for g in range(int(ix[-1])) if g in values or g in set(int(j) for j in ix))
+    return sum(len(values.union(int(j) for j in ix).intersection(range(int(ix[-1]))))
                for ix, closed in zip(plan.exercise_index, plan.closed_form, strict=True) if not closed)
+
+
+def exercise_code_dtype(N, depths) -> np.dtype:
+    """The fewest bytes of unsigned integer that hold sum_k i_k N^k over ``depths`` indices i_k < N (the packed
+    exercise dates of :class:`cva.engine.nested.ExerciseTimes`)."""
+    return np.dtype(next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64)
+                         if N ** depths - 1 <= np.iinfo(t).max))
 
 
 def margin_columns(cfg, value_index, mpr) -> np.ndarray:
@@ -89,11 +96,11 @@ def bytes_per_outer_path(plan, d, itemsize) -> int:
     """The memory estimate per outer path of a chunk: the inner paths of the first date (G d values per inner path)
     and what their regressions hold at once, about twice that again; two value cubes (float64, up to 7
     estimator sets per contract and value date: the base's and a bumped market's, :mod:`cva.xva.sensitivities`);
-    with ``keeps_exercise_times``, two bytes per inner path and inner valuation (four past 40 exercise dates:
-    :class:`cva.engine.nested.ExerciseTimes`)."""
+    with ``keeps_exercise_times``, per inner path and inner valuation the bytes of three depths' exercise dates
+    (:func:`exercise_code_dtype`: two for up to 40 dates)."""
     p = basis.basis_size(plan.basis, d, plan.payoff_regressor)
     cube = 2 * 7 * 8 * len(plan.contracts) * len(plan.value_index)
-    width = 2 if max((len(ix) for ix in plan.exercise_index), default=1) <= 40 else 4
+    width = exercise_code_dtype(max((len(ix) for ix in plan.exercise_index), default=1), 3).itemsize
     kept = width * plan.inner_paths * inner_valuations(plan) if plan.keeps_exercise_times else 0
     return plan.inner_paths * itemsize * (3 * len(plan.grid) * d + 4 * p + 8) + cube + kept
 

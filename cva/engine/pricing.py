@@ -92,7 +92,7 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
             res = None
         else:
             res = longstaff_schwartz(own(S), times, payoff, basis_fn, model.rate, solver=solver,
-                                     itm_only=sim.itm_only, regression_dtype=rdt)
+                                     itm_only=sim.itm_only, regression_dtype=rdt, exercised_per_set=True)
         cash_oos = None
         if oos and res is not None:
             if "price_eval" not in drawn:
@@ -129,8 +129,8 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
 def _batches(contracts, d, M):
     """The contracts in the order of their exercise schedules, in batches priced by one call on one schedule's
     paths: on a market of d > 1 assets the Bermudan and American contracts on one asset with the same schedule
-    together (each regressed on its own asset with its own basis scale, bit for bit as alone), up to
-    :data:`STACK_VALUES` path values; every other contract alone."""
+    together (each regressed on its own asset with its own basis scale, bit for bit as alone), a batch closed once
+    it holds :data:`STACK_VALUES` path values or more; every other contract alone."""
     order = sorted(range(len(contracts)), key=lambda i: tuple(contracts[i].exercise_times()))
     out, open_ = [], {}
     for i in order:

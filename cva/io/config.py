@@ -909,6 +909,7 @@ class Sensitivities(_Section):
         "no regressions of its own; bumped: every bumped market runs its own regressions, as a whole run in that "
         "market would")
 
+
 _OPTIONAL_SECTIONS = ("run", "simulation", "regression", "output", "sensitivities", "csa", "counterparties",
                       "trades_file", "portfolio", "counterparty", "own_credit")
 

@@ -117,8 +117,8 @@ class BumpedDesk:
             kept[p] = revalue(plan, model, trades)
             for s in (s for s, end in enumerate(last) if end == p):
                 Ps = P.copy()
-                for q, trades in self.scenarios[s][0]:
-                    for c in trades:                                   # a fixed order of terms
+                for q, moved in self.scenarios[s][0]:
+                    for c in moved:                                    # a fixed order of terms
                         k = self._position[q][c]
                         Ps[:, :, book.set_of[c], :] += book.quantities[c] * (kept[q][:, :, k, :] - cube[:, :, c, :])
                 done[s] = self._cva(Ps, s, xp)

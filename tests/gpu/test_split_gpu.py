@@ -96,3 +96,12 @@ def test_one_netting_set_on_the_gpu_matches_the_cpu(tmp_path):
         assert abs(gpu.summary["sensitivities"]["delta"][key][0] - value) < 0.2 * se + 1e-12, key
     assert abs(gpu.summary["sensitivities"]["rho"][0] - cpu.summary["sensitivities"]["rho"][0]) < \
         0.2 * cpu.summary["sensitivities"]["rho"][1]
+
+
+def test_the_base_exercise_dates_in_an_unbumped_market_give_the_base_cube_gpu():
+    """On the GPU (the kernel for the one-asset puts, the loop for the basket): a chunk valued again with the base's
+    kept inner exercise dates and no bump is the base's cube bitwise
+    (:func:`engine_testlib.kept_exercise_dates_give_the_base_cube`)."""
+    from engine_testlib import kept_exercise_dates_give_the_base_cube
+
+    kept_exercise_dates_give_the_base_cube(cp)
