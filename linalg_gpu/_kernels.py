@@ -49,10 +49,15 @@ def grid_blocks(total, threads=256, cap=65535 * 8) -> int:
     return int(min(cap, max(1, -(-int(total) // threads))))
 
 
+def ctype(dtype) -> str:
+    """The C type of a NumPy dtype in the kernels' templates (``cplx``: ``common.cuh``)."""
+    return _CTYPES[np.dtype(dtype)]
+
+
 def get_function(file, template, dtype, *params, cuda_dir=CUDA_DIR):
     """The compiled kernel ``template<ctype(dtype), *params>`` from ``<cuda_dir>/<file>`` (default this
     package's ``cuda/``; an application passes its own folder of sources)."""
     import cupy as cp
 
-    expr = f"{template}<{', '.join([_CTYPES[np.dtype(dtype)], *map(str, params)])}>"
+    expr = f"{template}<{', '.join([ctype(dtype), *map(str, params)])}>"
     return _function(file, expr, cp.cuda.Device().id, Path(cuda_dir))

@@ -182,7 +182,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
                                    bs[0] if splits == 0 else xp.concatenate(bs),
                                    return_report=True, assume_symmetric=True, **solver, **kw)
         betas = xp.split(beta, [B * (2 ** depth - 1) for depth in range(1, splits + 1)])   # per depth
-        reports[j] = rep if splits == 0 else _first_systems(rep, B)
+        reports[j] = rep if splits == 0 else report_rows(rep, slice(0, B))     # the whole sets' systems
         clock("solve")
         for depth, C in enumerate(_continuations(Sj, X, basis_fn, h, betas, affine, fused)):
             ex = (h > 0) & (h >= C)
@@ -227,11 +227,6 @@ def _continuations(Sj, X, basis_fn, h, betas, affine, fused):
             C = strided.matmul(_parts(X, n), beta[..., None])[..., 0]            # (fixed-order sums)
         out.append(C.reshape(B, M))
     return out
-
-
-def _first_systems(rep, n):
-    """The solver report of the first ``n`` systems of a batch (the whole sets' of a call with their parts')."""
-    return report_rows(rep, slice(0, n))
 
 
 def report_rows(rep, rows):
@@ -509,7 +504,6 @@ def stopped_cashflows(S, times, stopping, payoff_fn, rate, *, t0=0.0, regression
     return LSMResult(value=value, stderr=stderr, cashflow=V, parts=parts)
 
 
-_CTYPES_R = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _INDEX_CTYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
                  np.dtype(np.uint32): "unsigned int", np.dtype(np.int32): "int"}
 
@@ -518,14 +512,14 @@ def _stopped_vanilla(S, stopping, vanilla, disc, rdt):
     """:func:`stopped_cashflows`' per-depth cashflows (B, M) of calls and puts on S's one asset, by one kernel."""
     import cupy as cp
 
-    from linalg_gpu._kernels import get_function, grid_blocks
+    from linalg_gpu._kernels import ctype, get_function, grid_blocks
 
     B, M, N, _ = S.shape
     strikes, calls = vanilla
     tau = cp.stack([cp.asarray(t) for t in stopping])                                 # (depths, B, M)
     if tau.dtype not in _INDEX_CTYPES:
         tau = tau.astype(np.int32)
-    fn = get_function("stopped_cashflows.cu", "stopped_cashflows", S.dtype, _CTYPES_R[rdt],
+    fn = get_function("stopped_cashflows.cu", "stopped_cashflows", S.dtype, ctype(rdt),
                       _INDEX_CTYPES[tau.dtype], cuda_dir=CUDA_DIR)
     it = S.dtype.itemsize
     out = cp.empty((len(stopping), B, M), dtype=S.dtype)

@@ -256,7 +256,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
                 if frozen is not None:                                  # the kept exercise dates: no regressions
                     times, trades = frozen
                     cs = [plan.contracts[ci] for ci in members]
-                    vanilla = None if any(x.underlying != "asset" for x in cs) or S_c.shape[3] != 1 else (
+                    vanilla = None if any(x.underlying != "asset" for x in cs) else (
                         np.repeat([float(x.strike) for x in cs], Lc), np.repeat([x.payoff == "call" for x in cs], Lc))
                     res = stopped_cashflows(S_c, plan.grid[later], times.stacked([trades[ci] for ci in members], g),
                                             payoff, model.rate, t0=t, regression_dtype=rdt, timings=timings,

@@ -337,11 +337,12 @@ def _later_stages(xp, stages, Af, bf, symmetrize, cond_max, rtol, redo, start_co
             continue
         res = _stage(xp, stage, cond_max)(Af[run], bf[run], n, symmetrize, False)
         if stage == stages[-1]:
-            rows, rest = xp.arange(run.size), run[:0]
+            sel, rows, rest = run, xp.arange(run.size), run[:0]
         else:
             accept = res[3] & (res[4] <= rtol)
-            rows, rest = xp.flatnonzero(accept), run[xp.flatnonzero(~accept)]
-        scatter(out, run[rows], rows, res, code)
+            rows = xp.flatnonzero(accept)
+            sel, rest = run[rows], run[xp.flatnonzero(~accept)]
+        scatter(out, sel, rows, res, code)
         todo, wait = xp.concatenate([todo, rest]), xp.concatenate([wait, xp.zeros(rest.size, np.int8)])
 
 
