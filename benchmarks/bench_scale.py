@@ -3,7 +3,7 @@ d = 29, float32) in one process, and as tasks on a ``dask_cuda.LocalCUDACluster`
 
 Usage::
 
-    python benchmarks/bench_scale.py [--outer 131072] [--inner 1024] [--gpus 1 2] [--desk-outer 0]
+    python benchmarks/bench_scale.py [--outer 131072] [--inner 1024] [--gpus 1 2] [--desk-outer 8192 32768]
                                      [--json benchmarks/results/scale_h100x2.json]
 
 Reported per row: engine seconds (the run's elapsed, without the report), the speedup over one worker, the
@@ -11,8 +11,10 @@ chunk size and count, the bytes a task sends back, the sum of the tasks' own sec
 client's share (engine seconds less work / workers). Each timed run follows an untimed small run of its case
 (kernels compiled, memory pool grown). Every row's per-path values and CVA must be bitwise the one-process
 run's (checked here). On the cluster the chunk is at most a worker's share.
-``--desk-outer N`` adds bench_desk's desk at N outer paths (without sensitivities); ``--outer 0`` leaves out the
-paper-scale case.
+``--desk-outer N ...`` adds bench_desk's desk at N outer paths (without sensitivities), one case per N;
+``--outer 0`` leaves out the paper-scale case. For sizing a larger cluster it also measures, on the 2-worker
+cluster, the scheduler's cost per task (1000 empty tasks) and the client's cost per byte of a task's result
+(received from a worker, then written as a chunk file).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def timed(cfg, cluster=None):
     return res, {"seconds": total, "engine_seconds": s["elapsed_seconds"], "chunk": s["chunk"],
                  "chunks": -(-s["outer_paths"] // s["chunk"]), "work_seconds": sum(lv.seconds for lv in res.levels),
                  "stage_seconds": s["runtime_seconds"], "device": s["device"], "cva": res.cva, "stderr": res.stderr,
-                 "task_result_bytes": int(res.levels[-1].sets[:, : s["chunk"]].nbytes)}
+                 "task_result_bytes": int(res.levels[-1].sets[:, : s["chunk"]].nbytes), "outer_paths": s["outer_paths"]}
 
 
 def main(argv=None):
@@ -50,7 +52,7 @@ def main(argv=None):
     ap.add_argument("--outer", type=int, default=131072)
     ap.add_argument("--inner", type=int, default=1024)
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--desk-outer", type=int, default=0)
+    ap.add_argument("--desk-outer", type=int, nargs="*", default=[])
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     from dask.distributed import Client
@@ -61,8 +63,8 @@ def main(argv=None):
               "sizes": {"outer": args.outer, "inner": args.inner, "d": 29, "dtype": "float32"}, "rows": []}
     cases = [("paper-scale x8", paper_config(args.outer, args.inner, "float32", "gpu", None),
               paper_config(64, 64, "float32", "gpu", None))] if args.outer else []
-    if args.desk_outer:
-        cases.append(("desk", desk(20, 40, 400, 10, 24, args.desk_outer, 128, "gpu", "float32", False),
+    for n in args.desk_outer:
+        cases.append((f"desk {n} outer", desk(20, 40, 400, 10, 24, n, 128, "gpu", "float32", False),
                       desk(20, 40, 400, 10, 24, 256, 16, "gpu", "float32", False)))
     for name, cfg, warm in cases:
         timed(warm)                                            # the case's kernels compiled, the pool grown
@@ -88,8 +90,51 @@ def main(argv=None):
             print(f"{name}: {n} GPU worker(s) {row['engine_seconds']:.2f} s engine, speedup "
                   f"{row['speedup_over_one_worker']:.2f}x, bitwise {row['bitwise_equal']}", flush=True)
             write_results(args.json, result)
+    if result["rows"]:
+        with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(max(args.gpus))), dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            result["cluster_costs"] = cluster_costs(client, max(r["task_result_bytes"] for r in result["rows"]))
     write_results(args.json, result)
     return result
+
+
+def _noop(i):
+    return i
+
+
+def _payload(nbytes):
+    return np.ones(nbytes // 8)
+
+
+def cluster_costs(client, nbytes, tasks=1000):
+    """The scheduler's seconds per task (``tasks`` empty ones, submitted and gathered at once) and the client's
+    seconds for a task result of ``nbytes``: received from a worker, checked finite and written as a chunk file
+    (the client's work per chunk in :meth:`cva.engine.nested.Levels._distributed`)."""
+    from dask.distributed import wait
+
+    from cva.io import rundir
+
+    client.gather(client.map(_noop, range(10), pure=False))                          # connections warm
+    t0 = time.perf_counter()
+    client.gather(client.map(_noop, range(tasks), pure=False))
+    per_task = (time.perf_counter() - t0) / tasks
+    out = {"tasks": tasks, "seconds_per_task": per_task, "result_bytes": nbytes}
+    for rep in range(2):                                                     # the second: pool, page cache warm
+        future = client.submit(_payload, nbytes, pure=False)
+        wait(future)                                                                 # computed on the worker
+        t0 = time.perf_counter()
+        values = future.result()
+        out["receive_seconds"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        np.isfinite(values).all()
+        out["check_seconds"] = time.perf_counter() - t0
+        with tempfile.TemporaryDirectory() as tmp:
+            rundir.chunk_path(Path(tmp), 0, rep).parent.mkdir()
+            t0 = time.perf_counter()
+            rundir.save_chunk(Path(tmp), 0, rep, values, {"l0": 0}, "bench")
+            out["save_seconds"] = time.perf_counter() - t0
+        del future, values
+    return out
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import cva
 from cva.cli import main
 from cva.engine import cluster
 from cva.engine.cluster import ClusterError
+from cva.io import rundir
 from cva.io.config import ConfigError, load_config
 
 distributed = pytest.importorskip("distributed")
@@ -96,6 +97,17 @@ def test_resume_after_an_interrupted_client(tmp_path, client):
         cva.run(cfg, chunk=16, progress=False, log=log, cluster=client)
     resumed = cva.run(cfg, resume=True, progress=False, cluster=client)
     _same(full, resumed)
+
+
+def test_a_failed_chunk_write_on_the_client_is_raised(tmp_path, client, monkeypatch):
+    """The client writes chunk files in threads while results arrive: a failed write still stops the run with
+    the file's error (a full disk), not a chunk silently missing from the run directory."""
+    def full(out_dir, level, index, *args):
+        raise OSError(28, "No space left on device", str(rundir.chunk_path(out_dir, level, index)))
+
+    monkeypatch.setattr(rundir, "save_chunk", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        cva.run(_quickstart(tmp_path, "full", outer=64), chunk=16, progress=False, cluster=client)
 
 
 def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):

@@ -552,3 +552,24 @@ def test_per_system_memory_is_independent_of_batch_composition(rng):
     assert rw.counts()["ldlt"] == B // 2
     with pytest.raises(ValueError, match="per_system"):
         lg.solve_small(A[:10], b[:10], memory=whole, key="k")
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 1000])
+@pytest.mark.parametrize("p", [0.0, 0.03, 0.5, 1.0])
+def test_partition_is_a_stable_sort_by_the_masks(rng, n, p):
+    """robust._partition (the later stages' bookkeeping with one read of counts) against flatnonzero: the indices
+    of each disjoint mask in order, then the rest in order, for one and two masks."""
+    from linalg_gpu.small.robust import _partition
+
+    u = rng.random(n)
+    one = u < p
+    two = [u < p / 2, (u >= p / 2) & (u < p)]
+    got = _partition(np, [one], n)
+    assert len(got) == 2
+    for g, want in zip(got, (np.flatnonzero(one), np.flatnonzero(~one)), strict=True):
+        assert g.dtype == np.int64
+        np.testing.assert_array_equal(g, want)
+    got = _partition(np, two, n)
+    rest = ~(two[0] | two[1])
+    for g, want in zip(got, (np.flatnonzero(two[0]), np.flatnonzero(two[1]), np.flatnonzero(rest)), strict=True):
+        np.testing.assert_array_equal(g, want)

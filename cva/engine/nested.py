@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -41,6 +42,7 @@ from linalg_gpu._backend import to_host as _host
 
 STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions", "solve", "exercise", "statistics",
           "aggregation", "io")
+SAVE_THREADS = 2           # a cluster run's client writes chunk files in these threads while results arrive
 COND_SAMPLE = 256          # outer paths (the first, whatever the chunking) whose regression matrices' condition
                            # numbers are computed per (contract, date) (cuSOLVER's syevj on 256 matrices per call
                            # was ~40% of the assembly stage when done in every chunk of bench_cva on an H100)
@@ -203,7 +205,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
     S_out = outer_paths(cfg, plan, model, l0, Lc, xp)                                 # (Lc, G, d)
     clock("outer_paths")
     V = xp.zeros((nv, Lc, len(plan.contracts), K), dtype=np.float64)                   # the value cube
-    alive = [xp.ones((nv, Lc), dtype=bool) for _ in plan.contracts]
+    alive = xp.ones((nv, Lc, len(plan.contracts)), dtype=bool)                       # not exercised, not ended
     memory = lg.SolverMemory(per_system=True)
     designs = []                                                       # (grid date, regression date, X) sampled
     for g in range(G):
@@ -283,9 +285,9 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
                                                                             sim.itm_only, n_design))
                     designed += 1
                 clock("statistics")
+                C_all = xp.concatenate([res.value[None]] + [p.T for p in res.parts])    # (nv, members Lc)
                 for pos, ci in enumerate(members):                       # (k is the exposure column)
-                    rows = slice(pos * Lc, (pos + 1) * Lc)
-                    C = xp.concatenate([res.value[None, rows]] + [p[rows].T for p in res.parts])   # (nv, Lc)
+                    C = C_all[:, pos * Lc:(pos + 1) * Lc]                                          # (nv, Lc)
                     if g in plan.exercise_index[ci]:
                         h = plan.contracts[ci].payoff_value(S_out[:, g])[None]
                         ex = (h > 0) & (h >= C)
@@ -295,13 +297,16 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
                 S_c = S_a = None
             S_in = None
             clock("exercise")
-        for ci, (v, ex) in values.items():
-            if k >= 0:
-                V[:, :, ci, k] = xp.where(alive[ci], v, 0).astype(np.float64)
-            if g == plan.exercise_index[ci][-1]:
-                alive[ci] = xp.zeros((nv, Lc), dtype=bool)
-            elif ex is not None:
-                alive[ci] = alive[ci] & ~ex
+        cis = list(values)                                    # the date's contracts at once: a few launches
+        if cis and k >= 0:
+            v = xp.stack([xp.broadcast_to(values[ci][0], (nv, Lc)) for ci in cis], axis=-1)
+            V[:, :, cis, k] = xp.where(alive[:, :, cis], v, 0)
+        ended = [ci for ci in cis if g == plan.exercise_index[ci][-1]]
+        if ended:
+            alive[:, :, ended] = False
+        exercised = [ci for ci in cis if values[ci][1] is not None and g != plan.exercise_index[ci][-1]]
+        if exercised:
+            alive[:, :, exercised] &= ~xp.stack([values[ci][1] for ci in exercised], axis=-1)
         clock("exercise")
     if designs:                                                        # analysed together: one stacked call
         rows = diagnostics.analyse([X for _, _, X in designs], cfg.regression.cond_max)
@@ -482,24 +487,28 @@ class Levels:
         timings["io"] = timings.get("io", 0.0) + time.perf_counter() - t_io
 
     def _distributed(self, li, todo) -> dict:
-        """The chunks ``todo`` [(index, l0, Lc)] as cluster tasks: each saved as it finishes (a resume takes the
-        finished prefix), returned by index; an interrupt cancels the rest."""
+        """The chunks ``todo`` [(index, l0, Lc)] as cluster tasks: each saved as it arrives (in ``SAVE_THREADS``
+        threads, while the next results arrive; a resume takes the finished prefix), returned by index; an interrupt
+        cancels the rest and still writes the chunks received."""
         M, splits = self.specs[li]
         futures = {self.executor.submit(li, i, li * MLMC_LEVEL_PATHS + l0, Lc, M, splits, self._cond_sample(li, l0),
                                         self.aggregate): (i, l0, Lc) for i, l0, Lc in todo}
-        done = {}
-        try:
-            for future, (values, stats, timings, seconds) in self.executor.completed(list(futures)):
-                i, l0, Lc = futures[future]
-                self._check_finite(values, li, l0, Lc)
-                self._save(li, i, l0, values, stats, timings, seconds)
-                done[i] = (values, stats, timings, seconds)
-                self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s "
-                           f"(cluster task)")
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+        done, saves = {}, []
+        with ThreadPoolExecutor(max_workers=SAVE_THREADS) as saver:     # files written while results arrive
+            try:
+                for future, (values, stats, timings, seconds) in self.executor.completed(list(futures)):
+                    i, l0, Lc = futures[future]
+                    self._check_finite(values, li, l0, Lc)
+                    saves.append(saver.submit(self._save, li, i, l0, values, stats, timings, seconds))
+                    done[i] = (values, stats, timings, seconds)
+                    self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s "
+                               f"(cluster task)")
+            except BaseException:                                # (the chunks received are still written)
+                for future in futures:
+                    future.cancel()
+                raise
+        for save in saves:                                                 # a failed write raises here
+            save.result()
         return done
 
     def _tick(self, line=None):

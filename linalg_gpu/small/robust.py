@@ -318,32 +318,53 @@ def scatter_stage(out, sel, rows, stage_out, code):
     resid[sel], cond[sel], ndisc[sel], ok[sel] = rs[rows], cs[rows], nds[rows], oks[rows]
 
 
+def _partition(xp, masks, n):
+    """A stable counting sort of the systems 0 .. n - 1 by disjoint boolean ``masks``: the indices where each mask
+    holds, in order, then the rest, with one read of the counts (on the GPU one synchronization of the host, where
+    a boolean index or ``flatnonzero`` costs one each)."""
+    if n == 0:
+        return [xp.zeros(0, dtype=np.int64) for _ in range(len(masks) + 1)]
+    pos = [xp.cumsum(m, dtype=np.int64) for m in masks]
+    counts = [int(c) for c in _host(xp.stack([p[-1] for p in pos]))]
+    idx = xp.arange(n, dtype=np.int64)
+    dest = idx + (sum(counts) - sum(pos))                           # the rest after the masks' systems
+    off = 0
+    for m, p, c in zip(masks, pos, counts, strict=True):
+        dest = xp.where(m, p + (off - 1), dest)
+        off += c
+    order = xp.empty(n, dtype=np.int64)
+    order[dest] = idx
+    bounds = np.cumsum([0, *counts, n - off])
+    return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 def _later_stages(xp, stages, Af, bf, symmetrize, cond_max, rtol, redo, start_codes, out):
     """The stages of ``auto`` after the first, on the systems ``redo`` marks (those it did not solve), gathered
     (compacted) into a batch per stage; a stage's results where its ok holds and its residual is <= rtol (the
     last stage: all) are scattered into ``out``, the rest go on. With per-system ``start_codes`` a system waits
-    for the stage its code names. The index bookkeeping stays on the arrays' device: the host reads the sizes of
-    the index sets, not the systems' flags (2.75 million systems per date in bench_desk's chunk)."""
-    todo = xp.flatnonzero(redo)
-    wait = xp.asarray(start_codes)[todo] if start_codes is not None else xp.zeros(todo.size, np.int8)
+    for the stage its code names (the last stage takes every system left). The index bookkeeping stays on the
+    arrays' device, sorted by :func:`_partition`: two reads of counts per call, however many stages."""
     scatter = _gpu.scatter_stage if xp is not np else scatter_stage
-    n = Af.shape[-1]
-    for stage in stages[1:]:
+    n, B = Af.shape[-1], redo.size
+    codes = None if start_codes is None else xp.asarray(start_codes)
+    todo = None                                                       # the systems left after a stage, in order
+    for stage in stages[1:]:                                          # (at most two: a middle one and the last)
         code = STAGES.index(stage)
-        now = wait <= code
-        later = xp.flatnonzero(~now)
-        run, todo, wait = todo[xp.flatnonzero(now)], todo[later], wait[later]
-        if run.size == 0:
-            continue
-        res = _stage(xp, stage, cond_max)(Af[run], bf[run], n, symmetrize, False)
         if stage == stages[-1]:
-            sel, rows, rest = run, xp.arange(run.size), run[:0]
-        else:
-            accept = res[3] & (res[4] <= rtol)
-            rows = xp.flatnonzero(accept)
-            sel, rest = run[rows], run[xp.flatnonzero(~accept)]
-        scatter(out, sel, rows, res, code)
-        todo, wait = xp.concatenate([todo, rest]), xp.concatenate([wait, xp.zeros(rest.size, np.int8)])
+            run = todo if todo is not None else _partition(xp, [redo], B)[0]
+            if run.size:
+                scatter(out, run, xp.arange(run.size), _stage(xp, stage, cond_max)(Af[run], bf[run], n, symmetrize,
+                                                                                  False), code)
+            return
+        if codes is None:
+            run, todo = _partition(xp, [redo], B)[0], xp.zeros(0, dtype=np.int64)
+        else:                                                         # now, and waiting for the last stage
+            run, todo, _ = _partition(xp, [redo & (codes <= code), redo & (codes > code)], B)
+        if run.size:
+            res = _stage(xp, stage, cond_max)(Af[run], bf[run], n, symmetrize, False)
+            rows, rejected = _partition(xp, [res[3] & (res[4] <= rtol)], run.size)
+            scatter(out, run[rows], rows, res, code)
+            todo = xp.concatenate([todo, run[rejected]])
 
 
 def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,

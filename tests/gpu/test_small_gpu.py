@@ -531,3 +531,19 @@ def test_empty_batch_and_no_right_hand_sides(rng, method):
     assert x.shape == x_cpu.shape == (5, 6, 0)
     np.testing.assert_array_equal(cp.asnumpy(rep.ok), rep_cpu.ok)
     np.testing.assert_array_equal(rep.method, rep_cpu.method)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 300_001])
+@pytest.mark.parametrize("p", [0.0, 0.03, 1.0])
+def test_partition_on_gpu_matches_flatnonzero(rng, n, p):
+    """robust._partition on the device (cumulative sums and one read of the counts) against numpy's flatnonzero:
+    each mask's indices in order, then the rest."""
+    from linalg_gpu.small.robust import _partition
+
+    u = rng.random(n)
+    masks = [u < p / 2, (u >= p / 2) & (u < p)]
+    got = _partition(cp, [cp.asarray(m) for m in masks], n)
+    rest = ~(masks[0] | masks[1])
+    for g, want in zip(got, (np.flatnonzero(masks[0]), np.flatnonzero(masks[1]), np.flatnonzero(rest)), strict=True):
+        assert isinstance(g, cp.ndarray)
+        np.testing.assert_array_equal(g.get(), want)
