@@ -11,7 +11,7 @@ import yaml
 
 import cva
 from cva.cli import main
-from cva.engine import cluster
+from cva.engine import cluster, nested
 from cva.engine.cluster import ClusterError
 from cva.io import rundir
 from cva.io.config import ConfigError, load_config
@@ -101,13 +101,21 @@ def test_resume_after_an_interrupted_client(tmp_path, client):
 
 def test_a_failed_chunk_write_on_the_client_is_raised(tmp_path, client, monkeypatch):
     """The client writes chunk files in threads while results arrive: a failed write still stops the run with
-    the file's error (a full disk), not a chunk silently missing from the run directory."""
+    the file's error (a full disk), not a chunk silently missing from the run directory, and at the latest when
+    the next result arrives after the writes queued (the other tasks cancelled, not all computed first)."""
     def full(out_dir, level, index, *args):
         raise OSError(28, "No space left on device", str(rundir.chunk_path(out_dir, level, index)))
 
     monkeypatch.setattr(rundir, "save_chunk", full)
+    received = []
+
+    def log(line):
+        if "cluster task" in line:
+            received.append(line)
+
     with pytest.raises(OSError, match="No space left on device"):
-        cva.run(_quickstart(tmp_path, "full", outer=64), chunk=16, progress=False, cluster=client)
+        cva.run(_quickstart(tmp_path, "full", outer=128), chunk=16, progress=False, log=log, cluster=client)
+    assert len(received) <= nested.SAVE_THREADS           # stopped by the next result, not after all 8 chunks
 
 
 def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):

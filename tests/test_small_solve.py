@@ -573,3 +573,45 @@ def test_partition_is_a_stable_sort_by_the_masks(rng, n, p):
     rest = ~(two[0] | two[1])
     for g, want in zip(got, (np.flatnonzero(two[0]), np.flatnonzero(two[1]), np.flatnonzero(rest)), strict=True):
         np.testing.assert_array_equal(g, want)
+
+
+def test_per_system_start_codes_route_each_system_through_the_stages(rng):
+    """SolverMemory(per_system=True), a second batch under the key: each system starts at the stage its code names
+    and goes on only where that stage fails, checked against an independent routing from the single methods'
+    reports (ldlt, householder_pcr alone: ok and residual <= rtol): start 0 -> LDL^T, else Householder + PCR, else
+    the eigen-solve; start 1 -> Householder + PCR, else the eigen-solve; start 2 -> the eigen-solve. Every path
+    occurs (among them code 1 rejected by Householder + PCR), and each x is its final method's."""
+    from small_testlib import spd_with_cond, sym_from_eigs
+
+    n, B = 6, 240
+    kinds = ["spd", "indefinite", "singular"]
+    STAGE_NAMES = ("ldlt", "householder_pcr", "eig_truncate")                    # method codes 0, 1, 2
+
+    def make(kind):
+        if kind == "spd":
+            return spd_with_cond(rng, n, 10.0)
+        if kind == "indefinite":
+            return sym_from_eigs(rng, rng.permuted(np.r_[np.linspace(1, 3, n - 2), -1.0, -2.0]))
+        return sym_from_eigs(rng, np.r_[np.ones(3), np.zeros(n - 3)])                     # rank 3
+
+    first, second = rng.integers(0, 3, B), rng.integers(0, 3, B)          # each system's kind in the two batches
+    A1 = np.stack([make(kinds[k]) for k in first])
+    A2 = np.stack([make(kinds[k]) for k in second])
+    b1, b2 = rng.standard_normal((B, n)), rng.standard_normal((B, n))
+    memory = lg.SolverMemory(per_system=True)
+    _, r1 = lg.solve_small(A1, b1, return_report=True, memory=memory, key="k")
+    start = np.where(r1.method_code == 2, 2, np.where(r1.method_code == 1, 1, 0))   # (started at LDL^T last time)
+    np.testing.assert_array_equal(memory.start_method("k"), start)
+    x2, r2 = lg.solve_small(A2, b2, return_report=True, memory=memory, key="k")
+    assert r2.start_method == "per-system"
+
+    single = {m: lg.solve_small(A2, b2, method=m, return_report=True) for m in STAGE_NAMES}
+    passes = {m: single[m][1].ok & (single[m][1].residual <= r2.rtol) for m in ("ldlt", "householder_pcr")}
+    want = np.where(start == 2, 2, np.where(start == 1, np.where(passes["householder_pcr"], 1, 2),
+                                            np.where(passes["ldlt"], 0, np.where(passes["householder_pcr"], 1, 2))))
+    np.testing.assert_array_equal(r2.method_code, want)
+    for code, m in enumerate(STAGE_NAMES):
+        sel = want == code
+        np.testing.assert_allclose(x2[sel], single[m][0][sel], rtol=1e-12, atol=0)
+    paths = {(int(s), int(w)) for s, w in zip(start, want, strict=True)}
+    assert {(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)} <= paths, paths

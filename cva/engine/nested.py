@@ -43,6 +43,7 @@ from linalg_gpu._backend import to_host as _host
 STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions", "solve", "exercise", "statistics",
           "aggregation", "io")
 SAVE_THREADS = 2           # a cluster run's client writes chunk files in these threads while results arrive
+                           # (and waits for the oldest write before queueing more)
 COND_SAMPLE = 256          # outer paths (the first, whatever the chunking) whose regression matrices' condition
                            # numbers are computed per (contract, date) (cuSOLVER's syevj on 256 matrices per call
                            # was ~40% of the assembly stage when done in every chunk of bench_cva on an H100)
@@ -499,6 +500,8 @@ class Levels:
                 for future, (values, stats, timings, seconds) in self.executor.completed(list(futures)):
                     i, l0, Lc = futures[future]
                     self._check_finite(values, li, l0, Lc)
+                    if len(saves) >= SAVE_THREADS:        # at most SAVE_THREADS writes queued: a failed one stops
+                        saves.pop(0).result()             # the run (and cancels the tasks) by the next result
                     saves.append(saver.submit(self._save, li, i, l0, values, stats, timings, seconds))
                     done[i] = (values, stats, timings, seconds)
                     self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s "
@@ -507,7 +510,7 @@ class Levels:
                 for future in futures:
                     future.cancel()
                 raise
-        for save in saves:                                                 # a failed write raises here
+        for save in saves:                                                 # the last writes
             save.result()
         return done
 

@@ -545,5 +545,5 @@ def test_partition_on_gpu_matches_flatnonzero(rng, n, p):
     got = _partition(cp, [cp.asarray(m) for m in masks], n)
     rest = ~(masks[0] | masks[1])
     for g, want in zip(got, (np.flatnonzero(masks[0]), np.flatnonzero(masks[1]), np.flatnonzero(rest)), strict=True):
-        assert isinstance(g, cp.ndarray)
+        assert isinstance(g, cp.ndarray) and g.dtype == np.int64
         np.testing.assert_array_equal(g.get(), want)
