@@ -21,7 +21,9 @@ import numpy as np
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 COMPILE_SECONDS: dict[str, float] = {}
 _CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
-           np.dtype(np.complex64): "cplx<float>", np.dtype(np.complex128): "cplx<double>"}   # cplx: common.cuh
+           np.dtype(np.complex64): "cplx<float>", np.dtype(np.complex128): "cplx<double>",   # cplx: common.cuh
+           np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",        # index types
+           np.dtype(np.uint32): "unsigned int", np.dtype(np.int32): "int"}
 
 
 def _source(file, cuda_dir=CUDA_DIR):

@@ -504,8 +504,7 @@ def stopped_cashflows(S, times, stopping, payoff_fn, rate, *, t0=0.0, regression
     return LSMResult(value=value, stderr=stderr, cashflow=V, parts=parts)
 
 
-_INDEX_CTYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
-                 np.dtype(np.uint32): "unsigned int", np.dtype(np.int32): "int"}
+_INDEX_DTYPES = (np.uint8, np.uint16, np.uint32, np.int32)           # the exercise indices the kernel takes as they are
 
 
 def _stopped_vanilla(S, stopping, vanilla, disc, rdt):
@@ -517,10 +516,10 @@ def _stopped_vanilla(S, stopping, vanilla, disc, rdt):
     B, M, N, _ = S.shape
     strikes, calls = vanilla
     tau = cp.stack([cp.asarray(t) for t in stopping])                                 # (depths, B, M)
-    if tau.dtype not in _INDEX_CTYPES:
+    if tau.dtype not in _INDEX_DTYPES:
         tau = tau.astype(np.int32)
-    fn = get_function("stopped_cashflows.cu", "stopped_cashflows", S.dtype, ctype(rdt),
-                      _INDEX_CTYPES[tau.dtype], cuda_dir=CUDA_DIR)
+    fn = get_function("stopped_cashflows.cu", "stopped_cashflows", S.dtype, ctype(rdt), ctype(tau.dtype),
+                      cuda_dir=CUDA_DIR)
     it = S.dtype.itemsize
     out = cp.empty((len(stopping), B, M), dtype=S.dtype)
     fn((grid_blocks(B * M),), (256,), (S, np.int64(S.strides[0] // it), np.int64(S.strides[1] // it),

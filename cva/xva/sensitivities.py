@@ -48,13 +48,10 @@ class BumpedDesk:
         several = [[c for c in range(C) if plan.contracts[c].underlying != "asset"]] * model.d
         self.passes, self.scenarios, self.rows = [], [], []      # (plan, model, trades); (pass trades, weights); rows
 
-        trades_of = []                                             # per pass, its trades' base indices
-
         def add_pass(trades, m):
             if not trades:
                 return None
-            self.passes.append((_subplan(plan, trades), m, list(trades)))
-            trades_of.append(list(trades))
+            self.passes.append((_subplan(plan, trades), m, list(trades)))          # (trades: base indices)
             return len(self.passes) - 1
 
         def scenario(moved, w):                                    # moved: [(pass, trades of the pass)]
@@ -96,7 +93,7 @@ class BumpedDesk:
                 m = replace(model, rate=model.rate + sign * h)
                 ends.append(scenario([(add_pass(every, m), every)], weights(m)))
             self.rows.append(("rho", None, ends[0], ends[1], 2 * h))
-        self._position = [{c: k for k, c in enumerate(t)} for t in trades_of]      # a pass's trades: their places
+        self._position = [{c: k for k, c in enumerate(t)} for _, _, t in self.passes]   # a pass's trades: places
         self.counterparties = book.counterparties
 
     def aggregate(self, cube, revalue):
