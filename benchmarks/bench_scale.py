@@ -9,11 +9,12 @@ Usage::
 Reported per row: engine seconds (the run's elapsed, without the report), the speedup over one worker, the
 chunk size and count, the bytes a task sends back, the sum of the tasks' own seconds (the work) and the
 client's share (engine seconds less work / workers). Each timed run follows an untimed run of its case at 16384
-outer paths (the paper-scale case: one chunk of the one-worker run) or 1024 (the desk), so that the memory pool
-has grown and the kernels that only large arrays use are compiled: after a warm-up of 64 paths, the first large
-run on a fresh machine spent about 6 s more in its statistics stage than the second (not in a second process:
-the compiled kernels are cached on disk). Every row's per-path values and CVA must be bitwise the one-process
-run's (checked here). On the cluster the chunk is at most a worker's share.
+outer paths (the paper-scale case: one chunk of the one-worker run) or at its size (the desk), so that the memory
+pool has grown and the kernels that only large arrays use are compiled: after a warm-up of 64 paths, the first
+large run on a fresh machine spent about 6 s more in its statistics stage than the second (not in a second
+process: the compiled kernels are cached on disk). Every row's per-path values and CVA must be bitwise the
+one-process run's (checked here). On the cluster the chunk is at most a worker's share; the cluster is started
+with ``cva.engine.cluster.LOCAL_CUDA_OPTIONS``, as ``run.cluster: local-cuda`` starts it.
 ``--desk-outer N ...`` adds bench_desk's desk at N outer paths (without sensitivities), one case per N;
 ``--outer 0`` leaves out the paper-scale case. For sizing a larger cluster it also measures, on a cluster of
 the most GPUs asked for, the scheduler's cost per task (1000 empty tasks) and the client's cost per byte of a
@@ -36,6 +37,7 @@ from bench_cva import config as paper_config
 from bench_desk import desk
 
 import cva
+from cva.engine.cluster import LOCAL_CUDA_OPTIONS
 
 
 def timed(cfg, cluster=None):
@@ -70,7 +72,7 @@ def main(argv=None):
               paper_config(min(args.outer, 16384), args.inner, "float32", "gpu", None))] if args.outer else []
     for n in args.desk_outer:
         cases.append((f"desk {n} outer", desk(20, 40, 400, 10, 24, n, 128, "gpu", "float32", False),
-                      desk(20, 40, 400, 10, 24, min(n, 1024), 128, "gpu", "float32", False)))
+                      desk(20, 40, 400, 10, 24, n, 128, "gpu", "float32", False)))
     for name, cfg, warm in cases:
         timed(warm)                                            # the case's kernels compiled, the pool grown
         ref, row = timed(cfg)
@@ -80,7 +82,8 @@ def main(argv=None):
         print(f"{name}: one process {row['engine_seconds']:.2f} s engine", flush=True)
         base = None
         for n in args.gpus:
-            with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n)), dashboard_address=None) as cluster, \
+            with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n)), dashboard_address=None,
+                                  **LOCAL_CUDA_OPTIONS) as cluster, \
                     Client(cluster) as client:
                 timed(warm, client)                                                            # workers compile
                 res, row = timed(cfg, client)
@@ -96,7 +99,8 @@ def main(argv=None):
                   f"{row['speedup_over_one_worker']:.2f}x, bitwise {row['bitwise_equal']}", flush=True)
             write_results(args.json, result)
     if result["rows"]:
-        with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(max(args.gpus))), dashboard_address=None) as cluster, \
+        with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(max(args.gpus))), dashboard_address=None,
+                              **LOCAL_CUDA_OPTIONS) as cluster, \
                 Client(cluster) as client:
             result["cluster_costs"] = cluster_costs(client, max(r["task_result_bytes"] for r in result["rows"]
                                                                 if r["workers"]))

@@ -134,46 +134,49 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             def values(chunk):                                              # the one netting set's (sets, N, K)
                 return book.netted(chunk)[..., 0, :]
 
-        try:
-            lv = Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume, executor,
-                        aggregate)
-            sample_levels(cfg, lv, g, log, values)
-        finally:
-            if bar is not None:
-                bar.close()
-        elapsed = time.perf_counter() - t_start
-        netted = lv.levels(values)
-        sens = None
-        if cfg.sensitivities is not None:
-            def functional(c, m, name, shift):                              # counterparty name's CVA g
-                cps = {x.name: x for x in c.counterparties} if c.is_desk else {"counterparty": c.counterparty}
-                cp = Counterparty.from_config(cps[name], m.rate)
-                me = None if c.own_credit is None else Counterparty.from_config(c.own_credit, m.rate)
-                g = cva_functional(plan, m, shifted(cp, shift) if shift else cp, me)
-                if not c.is_desk:
-                    return g
-                which = book.of(name)
-                return lambda X: sum(g(X[..., j, :]) for j in which)
+        with Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume, executor,
+                    aggregate) as lv:                # (its chunk files written, also on an error: --resume)
+            try:
+                sample_levels(cfg, lv, g, log, values)
+            finally:
+                if bar is not None:
+                    bar.close()
+            elapsed = time.perf_counter() - t_start           # the values; their chunk files may still be written
+            netted = lv.levels(values)
+            sens = None
+            if cfg.sensitivities is not None:
+                def functional(c, m, name, shift):                              # counterparty name's CVA g
+                    cps = {x.name: x for x in c.counterparties} if c.is_desk else {"counterparty": c.counterparty}
+                    cp = Counterparty.from_config(cps[name], m.rate)
+                    me = None if c.own_credit is None else Counterparty.from_config(c.own_credit, m.rate)
+                    g = cva_functional(plan, m, shifted(cp, shift) if shift else cp, me)
+                    if not c.is_desk:
+                        return g
+                    which = book.of(name)
+                    return lambda X: sum(g(X[..., j, :]) for j in which)
 
-            floors = {name: float(np.min(cp.curve.rates)) for name, cp in credits.items()}
-            sens = bumped.result(lv.levels(), netted, lambda name, shift: functional(cfg, model, name, shift), floors)
-            if not cfg.is_desk:
-                sens = sens["counterparty"]
-        if cfg.is_desk:
-            log(f"pricing the {len(plan.contracts)} trades at t = 0 ({cfg.simulation.pricing_paths} paths each)")
-            prices = price(cfg, backend="cpu" if xp is np else "gpu")
-            result = desk_report.finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, device=device,
-                                        chunk=chunk, elapsed=elapsed, manifest=manifest, own=own, sensitivities=sens,
-                                        prices=prices)
-        else:
-            trades = book.allocations(lv)
-            twin = european_twin(cfg, plan, model, [c.quantity for c in plan.contracts], netted) \
-                if cfg.simulation.control_variate else None
-            result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
-                                   device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
-                                   own=own, sensitivities=sens, twin=twin)
-        if write and not keep_chunks:
-            rundir.remove_chunks(out_dir)
+                floors = {name: float(np.min(cp.curve.rates)) for name, cp in credits.items()}
+                sens = bumped.result(lv.levels(), netted, lambda name, shift: functional(cfg, model, name, shift),
+                                     floors)
+                if not cfg.is_desk:
+                    sens = sens["counterparty"]
+            if cfg.is_desk:
+                log(f"pricing the {len(plan.contracts)} trades at t = 0 ({cfg.simulation.pricing_paths} paths each)")
+                prices = price(cfg, backend="cpu" if xp is np else "gpu")
+                lv.finish()                                                     # the chunk files, before the summary
+                result = desk_report.finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir,
+                                            device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, own=own,
+                                            sensitivities=sens, prices=prices)
+            else:
+                trades = book.allocations(lv)
+                twin = european_twin(cfg, plan, model, [c.quantity for c in plan.contracts], netted) \
+                    if cfg.simulation.control_variate else None
+                lv.finish()
+                result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
+                                       device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
+                                       own=own, sensitivities=sens, twin=twin)
+            if write and not keep_chunks:
+                rundir.remove_chunks(out_dir)
     return result
 
 

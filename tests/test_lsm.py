@@ -337,3 +337,49 @@ def test_stopped_cashflows_checks_the_dates_shape():
     S = np.ones((2, 8, 3, 1))
     with pytest.raises(ValueError, match="stopping must hold"):
         stopped_cashflows(S, [0.1, 0.2, 0.3], [np.zeros((2, 4), dtype=np.uint8)], lambda X: X[..., 0], 0.0)
+
+
+@pytest.mark.parametrize("col, date", [(0, "0.25"), (1, "0.5"), (2, "0.75")])
+def test_non_finite_regression_input_is_one_error_naming_the_date(rng, col, date):
+    """A NaN in one path at one exercise date makes that date's normal equations non-finite: the call raises one
+    ValueError naming the date (the solver's input is checked at the end of the call, with the exercise shares),
+    not NaN prices."""
+    model = BlackScholes(spot=[36.0], vol=0.2, dividend=0.0, rate=0.06, correlation=0.0)
+    put = Contract(style="bermudan", payoff="put", underlying="asset", asset=0, strike=40.0, maturity=1.0,
+                   n_exercise=4)
+    times = put.exercise_times()                                                    # 0.25, 0.5, 0.75, 1
+    S = model.paths(model.spot, np.concatenate([[0.0], times]), rng.standard_normal((2000, 4, 1)))[None]
+    S[0, 7, col, 0] = np.nan
+    psi = basis.make_basis("linear", model.spot)
+    with pytest.raises(ValueError, match=rf"exercise date {date} has non-finite normal equations") as err:
+        longstaff_schwartz(S, times, put.payoff_value, psi, model.rate)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("payoff_regressor", [False, True])
+def test_affine_exercise_twin_exercises_where_the_payoff_beats_the_fit(rng, payoff_regressor):
+    """lsm.affine_exercise_twin (the numpy twin of cuda/affine_exercise.cu) against the formed basis: per depth,
+    the paths where the payoff is positive and at least psi(S) beta (its part's beta) take the payoff and date j,
+    the others keep theirs, then all are discounted; the decisions returned are depth 0's."""
+    from cva.engine.lsm import affine_exercise_twin
+
+    B, M, d, j, depths = 4, 200, 2, 3, 3
+    scale = np.array([80.0, 120.0])
+    psi = basis.make_basis("linear", scale, payoff_regressor)
+    S = rng.uniform(0.5, 1.5, (B, M, d)) * scale
+    h = np.maximum(100.0 - S.mean(axis=2), 0)
+    p = d + 1 + payoff_regressor
+    betas = [rng.normal(0, 5, (B * 2 ** k, p)) + np.r_[15.0, np.zeros(p - 1)] for k in range(depths)]
+    V0, stop0 = rng.uniform(0, 30, (B, M)), np.full((B, M), 9, np.uint8)
+    V, stop = np.stack([V0] * depths), np.stack([stop0] * depths)
+    ex = affine_exercise_twin(S, psi, h, betas, V, stop, j, 0.9)
+    X = psi(S, h)                                                                     # (B, M, p) formed
+    for k in range(depths):
+        part = np.arange(M) // (M // 2 ** k)
+        C = np.einsum("bmp,bmp->bm", X, betas[k].reshape(B, 2 ** k, p)[:, part])
+        want = (h > 0) & (h >= C)
+        assert want.any() and not want.all()
+        if k == 0:
+            np.testing.assert_array_equal(ex, want)
+        np.testing.assert_allclose(V[k], np.where(want, h, V0) * 0.9, rtol=1e-14)
+        np.testing.assert_array_equal(stop[k], np.where(want, j, 9))

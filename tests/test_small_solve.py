@@ -615,3 +615,61 @@ def test_per_system_start_codes_route_each_system_through_the_stages(rng):
         np.testing.assert_allclose(x2[sel], single[m][0][sel], rtol=1e-12, atol=0)
     paths = {(int(s), int(w)) for s, w in zip(start, want, strict=True)}
     assert {(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)} <= paths, paths
+
+
+@pytest.mark.parametrize("codes", [False, True])
+@pytest.mark.parametrize("stages", [("ldlt", "householder_pcr", "eig_truncate"), ("householder_pcr", "eig_truncate")])
+def test_later_stages_on_the_whole_batch_route_as_the_gathered_ones(rng, codes, stages):
+    """robust._later_stages_whole (the later stages run on every system and merged where a system needs them, as
+    the GPU does for small n, with robust.merge_stage) against robust._later_stages (the stages on the gathered
+    systems): the same method per system, the same residuals and the same x, with and without per-system start
+    codes; a batch of well-conditioned, indefinite and rank-3 systems, so that every stage takes some."""
+    from small_testlib import spd_with_cond, sym_from_eigs
+
+    from linalg_gpu.small import robust
+
+    n, B = 6, 300
+    make = [lambda: spd_with_cond(rng, n, 10.0),
+            lambda: sym_from_eigs(rng, rng.permuted(np.r_[np.linspace(1, 3, n - 2), -1.0, -2.0])),
+            lambda: sym_from_eigs(rng, np.r_[np.ones(3), np.zeros(n - 3)])]
+    A = np.stack([make[k]() for k in rng.integers(0, 3, B)])
+    b = rng.standard_normal((B, n, 1))
+    start = rng.integers(0, 3, B).astype(np.int8) if codes else None
+    rtol = 8 * n * np.finfo(float).eps
+    x, cond, nd, ok, res, nonfinite, asym = robust._stage(np, stages[0], 1e5)(A, b, n, True, True)
+    code = np.full(B, robust.STAGES.index(stages[0]), np.int8)
+    _, redo, _ = robust.first_stage_flags((x, code, res, cond, ok), nonfinite, asym, start, rtol, 1e-10,
+                                          stages[0] == "ldlt")
+    outs = [tuple(a.copy() for a in (x, code, res, cond, nd, ok)) for _ in range(2)]
+    robust._later_stages(np, stages, A, b, True, 1e5, rtol, redo, start, outs[0])
+    robust._later_stages_whole(np, stages, A, b, True, 1e5, rtol, redo, start, outs[1])
+    for got, want in zip(outs[1], outs[0], strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert set(np.unique(outs[0][1])) >= {1, 2} and (outs[0][1] != code).any()
+
+
+def test_merge_stage_takes_the_pending_systems_a_stage_solved(rng):
+    """robust.merge_stage (numpy twin of the GPU's merge kernel): a middle stage's results go to the pending
+    systems it solved (ok, residual <= rtol) whose start code is at most the stage's, x NaN where not ok, and they
+    leave pending; the last stage takes every pending system."""
+    from linalg_gpu.small import robust
+
+    B, n = 1000, 3
+    rtol = 1e-6
+    for last in (False, True):
+        out = (rng.standard_normal((B, n, 1)), np.zeros(B, np.int8), rng.random(B), rng.random(B),
+               np.zeros(B, np.int32), rng.random(B) < 0.5)
+        before = tuple(a.copy() for a in out)
+        stage = (rng.standard_normal((B, n, 1)), rng.random(B), rng.integers(0, 3, B).astype(np.int32),
+                 rng.random(B) < 0.8, rtol * rng.uniform(0, 2, B))
+        pending, start = rng.random(B) < 0.6, rng.integers(0, 3, B).astype(np.int8)
+        pend0 = pending.copy()
+        robust.merge_stage(out, stage, pending, 1, last, rtol, start)
+        take = pend0 if last else pend0 & stage[3] & (stage[4] <= rtol) & (start <= 1)
+        assert take.any() and (~take).any()
+        np.testing.assert_array_equal(pending, pend0 & ~take)
+        np.testing.assert_array_equal(out[1], np.where(take, 1, 0))
+        want_x = np.where(take[:, None, None], np.where(stage[3][:, None, None], stage[0], np.nan), before[0])
+        np.testing.assert_array_equal(out[0], want_x)
+        for k, j in ((2, 4), (3, 1), (4, 2), (5, 3)):                  # residual, cond, n_discarded, ok
+            np.testing.assert_array_equal(out[k], np.where(take, stage[j], before[k]))

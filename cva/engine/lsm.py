@@ -90,7 +90,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     payoff_fn : callable, S (..., d) -> exercise value (...).
     basis_fn : callable, (S (..., d), exercise value (...)) -> regressors (..., p).
         A :class:`cva.engine.basis.Basis` whose ``affine`` is true is used on the GPU without forming the
-        regressors: the normal equations and fitted values come from S's slice by strided products; one whose
+        regressors: the normal equations come from S's slice by strided products, and the fitted values, exercise
+        decisions and cashflows of every depth from one kernel per date (``cuda/affine_exercise.cu``); one whose
         ``fused`` is true (Laguerre, d = 1) has them from kernels that evaluate psi (``cuda/laguerre_lsm.cu``).
     rate : float, the flat continuously compounded rate.
     t0 : float, the valuation time (the start of the paths).
@@ -138,6 +139,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     Vs = [V] * (splits + 1)                                                         # per depth: its parts' cashflows
     share = (lambda e: e.mean(axis=1)) if exercised_per_set else (lambda e: e.mean())
     exercised = [None] * N                                                          # on the device until the end
+    nonfinite = [None] * (N - 1)                                  # per date: a system had NaN/Inf normal equations
     exercised[N - 1] = share(V > 0)
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
     stop_dtype = np.uint8 if N <= 256 else np.int32
@@ -150,8 +152,18 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
     if rdt not in (np.float32, np.float64):
         raise ValueError(f"regression_dtype must be float32 or float64, got {regression_dtype!r}")
+    step = _AffineStep(S, basis_fn, rdt, Vs, stopping) if affine else None        # one kernel per date
+    gram_cache = {}                                               # what the dates' normal equations share
+    if step is not None:
+        Vs, stopping = list(step.V), list(step.stop) if keep_stopping else []
+    discounted = False                                      # (the affine step discounts to the next date itself)
     for j in range(N - 2, -1, -1):
-        Vs = [v * S.dtype.type(np.exp(-rate * (times[j + 1] - times[j]))) for v in Vs]
+        disc = S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
+        if step is None:
+            Vs = [v * disc for v in Vs]
+        elif not discounted:
+            step.V *= disc
+            discounted = True
         Sj = S[:, :, j].astype(rdt, copy=False)                                     # (B, M, d)
         h = payoff_fn(Sj)                                                           # (B, M)
         mask = h > 0 if itm_only else None
@@ -162,29 +174,35 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
                                                              _parts(Vr[k], 2 ** k),
                                                              None if mask is None else _parts(mask, 2 ** k))
                                      for k in range(splits + 1)), strict=True))
-        elif xp is not np:                                 # every depth from one Gram of the finest parts
-            As, bs = _gram_normal_equations(xp, Sj if affine else X, basis_fn if affine else None, h, Vr, mask)
+        elif xp is not np:                                 # every depth from one Gram of the finest parts, joined
+            As, bs = _gram_normal_equations(xp, Sj if affine else X, basis_fn if affine else None, h, Vr, mask,
+                                            joined=True, cache=gram_cache)
+            As, bs = [As], [bs]
         elif splits:
             As, bs = _split_normal_equations(xp, X, Vr, mask)
         else:
             A, b = _normal_equations(xp, X, Vr[0], mask)                           # (B, p, p), (B, p)
             As, bs = [A], [b]
-        A = As[0]
+        A_all, b_all = (As[0], bs[0]) if len(As) == 1 else (xp.concatenate(As), xp.concatenate(bs))
         clock("assembly")
-        if condition_sample:
-            w = xp.linalg.eigvalsh(A[:condition_sample])                           # (k, p) ascending
+        if condition_sample:                               # (read with the exercise shares, at the end)
+            w = xp.linalg.eigvalsh(A_all[:condition_sample])                       # (k, p) ascending
             low, high = xp.abs(w[:, 0]), xp.abs(w[:, -1])
-            conditions[j] = _host(xp.where(low > 0, high / xp.where(low > 0, low, 1), xp.inf))   # singular: inf
+            conditions[j] = xp.where(low > 0, high / xp.where(low > 0, low, 1), xp.inf)   # singular: inf
             clock("conditions")
-        # every depth's systems in one call: one synchronization of the host (the solver's flags) per date
+        # every depth's systems in one call; the input is checked at the end of the call, with the exercise
+        # shares (on the GPU the solver then need not stop the host to read its flags)
         kw = {"memory": memory, "key": keys[j]} if memory is not None else {}
-        beta, rep = lg.solve_small(As[0] if splits == 0 else xp.concatenate(As),
-                                   bs[0] if splits == 0 else xp.concatenate(bs),
-                                   return_report=True, assume_symmetric=True, **solver, **kw)
+        beta, rep = lg.solve_small(A_all, b_all, return_report=True, assume_symmetric=True, check_finite=False,
+                                   **solver, **kw)
+        nonfinite[j] = rep.nonfinite.any()
         betas = xp.split(beta, [B * (2 ** depth - 1) for depth in range(1, splits + 1)])   # per depth
         reports[j] = rep if splits == 0 else report_rows(rep, slice(0, B))     # the whole sets' systems
         clock("solve")
-        for depth, C in enumerate(_continuations(Sj, X, basis_fn, h, betas, affine, fused)):
+        if step is not None:                               # every depth, and the discount to date j - 1
+            exercised[j] = share(step(S[:, :, j], h, beta, j, S.dtype.type(
+                np.exp(-rate * (times[j] - times[j - 1]))) if j else None))
+        for depth, C in enumerate(_continuations(Sj, X, basis_fn, h, betas, fused) if step is None else ()):
             ex = (h > 0) & (h >= C)
             exercised[j] = share(ex) if depth == 0 else exercised[j]
             Vs[depth] = xp.where(ex, h.astype(S.dtype, copy=False), Vs[depth])
@@ -193,7 +211,20 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         coefficients[j] = betas[0]
         clock("exercise")
     value, stderr, V, parts = _at_t0(Vs, times[0] - t0, rate)
-    exercised = _host(xp.stack(exercised)).astype(np.float64)                        # (one transfer)
+    shares = xp.stack(exercised)
+    conds = [c.astype(np.float64) for c in conditions if c is not None]
+    flags = _host(xp.concatenate([shares.ravel().astype(np.float64),                  # (one transfer)
+                                  xp.stack(nonfinite).astype(np.float64) if N > 1 else xp.zeros(0), *conds]))
+    bad = flags[shares.size:shares.size + N - 1]
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"longstaff_schwartz: the regression at exercise date {times[j]:g} has non-finite normal "
+                         f"equations (NaN or Inf in the paths or payoffs, or an overflow of {rdt})")
+    exercised = flags[:shares.size].reshape(shares.shape)
+    at = shares.size + N - 1
+    for j, c in enumerate(conditions):
+        if c is not None:
+            conditions[j], at = flags[at:at + c.size], at + c.size
     clock("exercise")
     clock.flush()
     return LSMResult(value=value, stderr=stderr, cashflow=V, coefficients=coefficients, reports=reports,
@@ -211,13 +242,11 @@ def _at_t0(Vs, dt, rate):
     return value, stderr, V, parts
 
 
-def _continuations(Sj, X, basis_fn, h, betas, affine, fused):
+def _continuations(Sj, X, basis_fn, h, betas, fused):
     """The fitted continuation values psi beta (B, M) of one date for each depth's coefficients ``betas[depth]``
-    (B 2^depth, p) of the sets' 2^depth equal parts: from S's slice by strided products (affine basis on the GPU),
-    by the Laguerre kernels (fused), else from the formed regressors X."""
+    (B 2^depth, p) of the sets' 2^depth equal parts: by the Laguerre kernels (fused), else from the formed
+    regressors X (the affine basis on the GPU: :class:`_AffineStep`)."""
     B, M = h.shape
-    if affine:
-        return _affine_fitted(Sj, basis_fn, h, betas)                            # every depth in one pass
     out = []
     for depth, beta in enumerate(betas):
         n = 2 ** depth
@@ -332,50 +361,76 @@ def _identity_where_empty(xp, A, b, mask):
         return A, b
     empty = ~mask.any(axis=1)                                                       # (B,)
     if xp is not np or empty.any():                       # (the GPU's host does not ask: a stop of the queue)
-        A = xp.where(empty[:, None, None], xp.eye(A.shape[1], dtype=A.dtype), A)
-        b = xp.where(empty[:, None], b.dtype.type(0), b)
+        A, b = _identity_where(xp, A, b, empty)
     return A, b
 
 
-def _gram_normal_equations(xp, Z, basis, h, Vs, mask):
+def _identity_where(xp, A, b, empty):
+    """A = I, b = 0 where ``empty`` (B,)."""
+    return (xp.where(empty[:, None, None], xp.eye(A.shape[1], dtype=A.dtype), A),
+            xp.where(empty[:, None], b.dtype.type(0), b))
+
+
+def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
     """Per depth 0 .. s (``Vs`` the cashflows of each depth) the normal equations (B 2^depth, p, p),
     (B 2^depth, p) of each set's 2^depth equal parts, from one weighted Gram matrix of the finest parts' rows
     (:func:`linalg_gpu.strided.concat_gram`: Z read as it lies, sums in a fixed order, so the same bits whatever
     the chunk): A and b are its blocks, a coarser part's the mean of its finest parts' (the Gram matrix of a union
-    of paths is the sum of its parts'); a part with no regression path gets A = I, b = 0.
+    of paths is the sum of its parts'); a part with no regression path gets A = I, b = 0. With ``joined`` the
+    depths' equations come as one batch in depth order, (B (2^(s+1) - 1), p, p) and (..., p): the solver's, built
+    with a few launches for all depths; ``cache`` (a dict per Longstaff-Schwartz call) keeps what does not change
+    with the date (the column of ones, the scale factors).
 
     ``Z`` is the regressors X (B, M, p), rows (X, V_0, ..., V_s); or, with an affine ``basis``, the slice S
     (B, M, d) of psi = (1, S / scale[, h / c]), rows (S, 1[, h / c], V_0, ..., V_s), without forming psi."""
     B, M, d = Z.shape
     s = len(Vs) - 1
     n = 2 ** s
-    extra = [] if basis is None else [xp.ones((B, M), dtype=Z.dtype)] + (
-        [basis.payoff_column(h)] if basis.payoff_regressor else [])
+    cache = {} if cache is None else cache
+    extra = []
+    if basis is not None:
+        if cache.get("ones") is None or cache["ones"].shape != (B, M) or cache["ones"].dtype != Z.dtype:
+            cache["ones"] = xp.ones((B, M), dtype=Z.dtype)
+        extra = [cache["ones"]] + ([basis.payoff_column(h)] if basis.payoff_regressor else [])
     F = xp.stack([*extra, *Vs], axis=-1)                                           # (B, M, e)
     w = None if mask is None else _parts(mask.astype(Z.dtype), n)
     v0 = d + len(extra)                                                            # V_0's column
     G = strided.concat_gram(_parts(Z, n), _parts(F, n), w, alpha=n / M, rows=v0)  # (B n, v0, d + e)
-    if basis is None:                                                              # X's columns as they are
-        idx, sc = slice(0, d), None
-    else:                                                                          # psi's order: 1, x[, h / c]
-        idx = [d, *range(d), *range(d + 1, d + len(extra))]
+    idx = list(range(d)) if basis is None else [d, *range(d), *range(d + 1, v0)]   # psi's order: 1, x[, h / c]
+    Gp = G[:, :d] if basis is None else G[:, idx]                                  # (B n, p, d + e)
+    levels = [Gp.reshape((B * 2 ** k, n // 2 ** k) + Gp.shape[1:]).mean(axis=1) for k in range(s)] + [Gp]
+    p = len(idx)
+    Ab = xp.concatenate([lv[:, :, idx + [v0 + k]] for k, lv in enumerate(levels)]) if s else Gp[:, :, idx + [v0]]
+    A, b = Ab[:, :, :p], Ab[:, :, p]                                              # every depth's, in depth order
+    if basis is not None:
+        A, b = A * _scale_factors(xp, basis, d, len(extra), B, s, Z.dtype, cache, 2), \
+            b * _scale_factors(xp, basis, d, len(extra), B, s, Z.dtype, cache, 1)
+    if mask is not None:                        # psi's 1: A_00 is the part's weight, 0 where no path regresses
+        empty = A[:, 0, 0] == 0 if basis is not None else \
+            xp.concatenate([~_parts(mask, 2 ** k).any(axis=1) for k in range(s + 1)])
+        if xp is not np or empty.any():
+            A, b = _identity_where(xp, A, b, empty)
+    if joined:
+        return A, b
+    ends = np.cumsum([B * 2 ** k for k in range(s + 1)])
+    return np.split(A, ends[:-1]) if xp is np else xp.split(A, ends[:-1].tolist()), \
+        np.split(b, ends[:-1]) if xp is np else xp.split(b, ends[:-1].tolist())
+
+
+def _scale_factors(xp, basis, d, e, B, s, dtype, cache, order):
+    """psi's factors 1 / scale of :func:`_gram_normal_equations`: for b (``order`` 1) the (p,) row, for A (2) its
+    outer product (p, p); with a scale per group of sets one row (or product) per system of every depth (the sets'
+    groups), (B (2^(s+1) - 1), p[, p]). Kept in ``cache`` (per call)."""
+    key = ("scale", order, B, s, np.dtype(dtype).name)
+    if key not in cache:
         inv = basis.inverse_scale(d)                                               # (d,) or (groups, d)
-        sc = xp.asarray(np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv,
-                                        np.ones(inv.shape[:-1] + (len(extra) - 1,))], axis=-1), dtype=Z.dtype)
-    Gp = G[:, idx]                                                                 # (B n, p, d + e)
-    As, bs = [], []
-    for depth in range(s + 1):
-        k = 2 ** depth
-        Gk = Gp if depth == s else Gp.reshape((B * k, n // k) + Gp.shape[1:]).mean(axis=1)
-        A, b = Gk[:, :, idx], Gk[:, :, v0 + depth]
-        if sc is not None and sc.ndim == 1:
-            A, b = A * (sc[:, None] * sc), b * sc
-        elif sc is not None:                                                       # a scale per group of sets
-            A, b = per_group(A, sc[:, :, None] * sc[:, None, :]), per_group(b, sc)
-        A, b = _identity_where_empty(xp, A, b, None if mask is None else _parts(mask, k))
-        As.append(A)
-        bs.append(b)
-    return As, bs
+        sc = xp.asarray(np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv, np.ones(inv.shape[:-1] + (e - 1,))],
+                                       axis=-1), dtype=dtype)
+        f = sc if order == 1 else (sc[:, None] * sc if sc.ndim == 1 else sc[:, :, None] * sc[:, None, :])
+        if sc.ndim == 2:                                                           # each system's group's
+            f = xp.concatenate([xp.repeat(f, B * 2 ** k // sc.shape[0], axis=0) for k in range(s + 1)])
+        cache[key] = f
+    return cache[key]
 
 
 def _fused_kernel(name, S, basis):
@@ -441,6 +496,70 @@ def _affine_fitted(S, basis, h, betas):
     if basis.payoff_regressor:
         C += bf[:, None, d + 1] * basis.payoff_column(_parts(h, n))[..., None]
     return [C[..., i].reshape(B, M) for i in range(len(betas))]
+
+
+class _AffineStep:
+    """One date's exercise for every depth with the affine basis on the GPU (``cuda/affine_exercise.cu``; numpy
+    twin :func:`affine_exercise_twin`): the depths' cashflows ``V`` (depths, B, M) and exercise dates ``stop``
+    (depths, B, M), updated in place, the fitted values, decisions and the next date's discount in one launch."""
+
+    def __init__(self, S, basis, rdt, V, stop):
+        import cupy as cp
+
+        from linalg_gpu._kernels import ctype, get_function
+
+        self.V = cp.empty((len(V),) + V[0].shape, dtype=S.dtype)
+        self.V[...] = V[0]                                         # (the depths start from the same cashflows)
+        self.stop = cp.stack(stop) if stop else None
+        d, self.basis = S.shape[3], basis
+        inv = basis.inverse_scale(d)
+        self.inv = cp.asarray(inv.reshape(-1, d), dtype=rdt)                     # (groups, d)
+        scale = np.asarray(basis.scale, dtype=float)
+        self.c = cp.asarray(np.atleast_1d(np.mean(scale) if scale.ndim == 1 else scale.mean(axis=1)), dtype=rdt)
+        st = np.uint8 if self.stop is None else self.stop.dtype
+        self.fn = get_function("affine_exercise.cu", "affine_exercise", S.dtype, ctype(rdt), ctype(st),
+                               cuda_dir=CUDA_DIR)
+        self.st, self.it = np.dtype(st).type, S.dtype.itemsize
+
+    def __call__(self, Sj, h, beta, j, disc):
+        """The date j of the slice Sj (B, M, d) of the paths (their dtype), the payoff h (B, M) and the solver's
+        coefficients ``beta`` (every depth's systems, in order); ``disc`` the next date's discount (None: none).
+        Returns the exercise decisions of depth 0 (B, M)."""
+        import cupy as cp
+
+        from linalg_gpu._kernels import grid_blocks
+
+        depths, B, M = self.V.shape
+        d = Sj.shape[2]
+        if d > 1 and Sj.strides[2] != self.it:                        # (the kernel reads a path's assets in a row)
+            Sj = cp.ascontiguousarray(Sj)
+        ex = cp.empty((B, M), dtype=bool)
+        self.fn((grid_blocks(B * M),), (256,), (
+            np.uint64(Sj.data.ptr), np.int64(Sj.strides[0] // self.it), np.int64(Sj.strides[1] // self.it),
+            np.int32(d), cp.ascontiguousarray(h), cp.ascontiguousarray(beta), np.int32(beta.shape[1]), self.inv,
+            self.c, np.int32(self.inv.shape[0]), np.int32(self.basis.payoff_regressor), np.int32(depths), self.V,
+            np.uint64(0) if self.stop is None else self.stop, self.st(j), self.V.dtype.type(disc or 0),
+            np.int32(disc is not None), ex, np.int64(B), np.int32(M)))
+        return ex
+
+
+def affine_exercise_twin(Sj, basis, h, betas, V, stop, j, disc):
+    """numpy twin of ``cuda/affine_exercise.cu`` (and what the GPU computed before it, kernel by kernel): every
+    depth's fitted values (:func:`_affine_fitted`), exercise, cashflows ``V`` (depths, B, M) and exercise dates
+    ``stop`` (depths, B, M or None) updated in place, the cashflows then discounted by ``disc`` (None: not); the
+    decisions of depth 0. ``Sj`` in the paths' dtype, h and betas in the regressions'."""
+    xp = get_array_module(V)
+    rdt = h.dtype
+    first = None
+    for depth, C in enumerate(_affine_fitted(Sj.astype(rdt, copy=False), basis, h, betas)):
+        ex = (h > 0) & (h >= C)
+        first = ex if depth == 0 else first
+        V[depth] = xp.where(ex, h.astype(V.dtype, copy=False), V[depth])
+        if stop is not None:
+            stop[depth] = xp.where(ex, stop.dtype.type(j), stop[depth])
+        if disc is not None:
+            V[depth] = V[depth] * V.dtype.type(disc)
+    return first
 
 
 def apply_policy(S, times, coefficients, payoff_fn, basis_fn, rate, *, t0=0.0):

@@ -20,7 +20,9 @@ chosen for a path's regressions, and a resumed run is bitwise the uninterrupted 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -42,8 +44,8 @@ from linalg_gpu._backend import to_host as _host
 
 STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions", "solve", "exercise", "statistics",
           "aggregation", "io")
-SAVE_THREADS = 2           # a cluster run's client writes chunk files in these threads while results arrive
-                           # (and waits for the oldest write before queueing more)
+SAVE_THREADS = 2           # chunk files are written in these threads while the next chunks are computed or
+                           # received (the oldest write is waited for before more are queued)
 COND_SAMPLE = 256          # outer paths (the first, whatever the chunking) whose regression matrices' condition
                            # numbers are computed per (contract, date) (cuSOLVER's syevj on 256 matrices per call
                            # was ~40% of the assembly stage when done in every chunk of bench_cva on an H100)
@@ -71,13 +73,14 @@ class DateStats:
             return
         xp = get_array_module(reps[0].residual)
         res = xp.concatenate([rep.residual.ravel() for rep in reps]).astype(np.float64)
-        code = xp.concatenate([rep.method_code.ravel() for rep in reps]).astype(np.int64)
+        code = xp.concatenate([rep.method_code.ravel() for rep in reps])                          # int8
         discarded = xp.concatenate([rep.n_discarded.ravel() for rep in reps]).astype(np.float64)
         ok = xp.concatenate([rep.ok.ravel() for rep in reps])
         worst = xp.where(xp.isfinite(res), res, 0.0).max()                      # (residuals are >= 0)
         tail = xp.stack([worst, discarded.sum(), (~ok.astype(bool)).sum().astype(np.float64)])
         n = len(lg.SolverReport.CODES)
-        counts = xp.bincount(code, minlength=n)[:n].astype(np.float64)
+        counts = (code[None] == xp.arange(n, dtype=code.dtype)[:, None]).sum(axis=1).astype(np.float64)  # (no
+        # bincount: it reads the largest code, a stop of the GPU's queue)
         self._pending.append((g, int(res.size), contracts * len(reps), xp.concatenate([counts, tail])))
 
     def _collect(self):
@@ -211,25 +214,29 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
     designs = []                                                       # (grid date, regression date, X) sampled
     for g in range(G):
         t, k = plan.grid[g], exposure_pos[g]
-        values, inner, closed = {}, [], []
-        for ci, c in enumerate(plan.contracts):
+        # the date's values in blocks of contracts: (contracts, values broadcast to (nv, Lc, contracts), their
+        # exercise decisions or None), written into the cube with a few launches
+        blocks, inner, closed, mature = [], [], [], []
+        for ci in range(len(plan.contracts)):
             ex_idx = plan.exercise_index[ci]
             if g > ex_idx[-1] or (k < 0 and g not in ex_idx):
                 continue
             if g == ex_idx[-1]:
-                values[ci] = (c.payoff_value(S_out[:, g]), None)                        # at maturity: the payoff
+                mature.append(ci)                                                        # at maturity: the payoff
             elif plan.closed_form[ci]:
                 closed.append(ci)
             else:
                 inner.append(ci)
+        if mature:
+            blocks.append((mature, xp.stack([plan.contracts[ci].payoff_value(S_out[:, g]) for ci in mature],
+                                            axis=-1)[None], None))
         if closed:                                                    # one batch of Black-Scholes prices
             cs = [plan.contracts[ci] for ci in closed]
             a = [c.asset if c.underlying == "asset" else 0 for c in cs]
             P = black_scholes_columns(S_out[:, g][:, a], [c.strike for c in cs], [c.maturity - t for c in cs],
                                       model.rate, [float(model.dividend[i]) for i in a],
                                       [float(model.vol[i]) for i in a], [c.payoff == "call" for c in cs])
-            for j, ci in enumerate(closed):
-                values[ci] = (P[:, j], None)
+            blocks.append((closed, P[None], None))
             clock("closed_form")
         if inner:
             g_max = max(int(plan.exercise_index[ci][-1]) for ci in inner)
@@ -287,27 +294,31 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
                     designed += 1
                 clock("statistics")
                 C_all = xp.concatenate([res.value[None]] + [p.T for p in res.parts])    # (nv, members Lc)
-                for pos, ci in enumerate(members):                       # (k is the exposure column)
-                    C = C_all[:, pos * Lc:(pos + 1) * Lc]                                          # (nv, Lc)
-                    if g in plan.exercise_index[ci]:
-                        h = plan.contracts[ci].payoff_value(S_out[:, g])[None]
-                        ex = (h > 0) & (h >= C)
-                        values[ci] = (xp.where(ex, h, C), ex)
-                    else:
-                        values[ci] = (C, None)
+                C_all = C_all.reshape(nv, len(members), Lc).transpose(0, 2, 1)          # (nv, Lc, members)
+                now = [pos for pos, ci in enumerate(members) if g in plan.exercise_index[ci]]
+                later_only = [pos for pos in range(len(members)) if pos not in now]
+                if now:                                                  # exercisable at g: payoff or continuation
+                    h = xp.stack([plan.contracts[members[pos]].payoff_value(S_out[:, g]) for pos in now],
+                                 axis=-1)[None]                                                  # (1, Lc, now)
+                    C = C_all if len(now) == len(members) else C_all[:, :, now]
+                    ex = (h > 0) & (h >= C)
+                    blocks.append(([members[pos] for pos in now], xp.where(ex, h, C), ex))
+                if later_only:
+                    blocks.append(([members[pos] for pos in later_only],
+                                   C_all if not now else C_all[:, :, later_only], None))
                 S_c = S_a = None
             S_in = None
             clock("exercise")
-        cis = list(values)                                    # the date's contracts at once: a few launches
+        cis = [ci for cb, _, _ in blocks for ci in cb]          # the date's contracts at once: a few launches
         if cis and k >= 0:
-            v = xp.stack([xp.broadcast_to(values[ci][0], (nv, Lc)) for ci in cis], axis=-1)
+            v = xp.concatenate([xp.broadcast_to(vb, (nv, Lc, len(cb))) for cb, vb, _ in blocks], axis=-1)
             V[:, :, cis, k] = xp.where(alive[:, :, cis], v, 0)
-        ended = [ci for ci in cis if g == plan.exercise_index[ci][-1]]
-        if ended:
-            alive[:, :, ended] = False
-        exercised = [ci for ci in cis if values[ci][1] is not None and g != plan.exercise_index[ci][-1]]
+        if mature:
+            alive[:, :, mature] = False
+        exercised = [(cb, eb) for cb, _, eb in blocks if eb is not None]          # (none of them at maturity)
         if exercised:
-            alive[:, :, exercised] &= ~xp.stack([values[ci][1] for ci in exercised], axis=-1)
+            alive[:, :, [ci for cb, _ in exercised for ci in cb]] &= ~xp.concatenate([eb for _, eb in exercised],
+                                                                                      axis=-1)
         clock("exercise")
     if designs:                                                        # analysed together: one stacked call
         rows = diagnostics.analyse([X for _, _, X in designs], cfg.regression.cond_max)
@@ -400,6 +411,7 @@ class Levels:
         self.chunks = [0 for _ in self.specs]           # per level, the chunks so far (the next chunk's index)
         self.seconds = [0.0] * len(self.specs)
         self.loaded = {}
+        self._saver, self._saves, self._lock = None, [], threading.Lock()        # the chunk files being written
         if resume:
             for li in range(len(self.specs)):
                 self.loaded[li] = rundir.load_chunks(out_dir, self.hash, li)
@@ -447,9 +459,10 @@ class Levels:
                 continue
             values, stats, timings, seconds = done[i] if i in done else self._compute(li, l0, Lc)
             if self.executor is None:
-                self._save(li, i, l0, values, stats, timings, seconds)
+                self._save_later(li, i, l0, values, stats, timings, seconds)
             self.stats.merge_json(stats)
-            _add_timings(self.timings, timings)
+            with self._lock:
+                _add_timings(self.timings, timings)
             self.seconds[li] += seconds
             self.parts[li].append(values)
             self.chunks[li] += 1
@@ -482,36 +495,63 @@ class Levels:
 
     def _save(self, li, i, l0, values, stats, timings, seconds):
         t_io = time.perf_counter()
-        if self.out_dir is not None:
-            rundir.save_chunk(self.out_dir, li, i, values, {"l0": l0, "stats": stats, "timings": timings,
-                                                            "seconds": seconds}, self.hash)
-        timings["io"] = timings.get("io", 0.0) + time.perf_counter() - t_io
+        rundir.save_chunk(self.out_dir, li, i, values, {"l0": l0, "stats": stats, "timings": timings,
+                                                        "seconds": seconds}, self.hash)
+        with self._lock:
+            self.timings["io"] = self.timings.get("io", 0.0) + time.perf_counter() - t_io
+
+    def _save_later(self, li, i, l0, values, stats, timings, seconds):
+        """A chunk's file written in the background (``SAVE_THREADS`` threads) while the next chunks are computed or
+        received; at most ``SAVE_THREADS`` writes queued, so a failed one stops the run by the next chunk."""
+        if self.out_dir is None:
+            return
+        if self._saver is None:
+            self._saver = ThreadPoolExecutor(max_workers=SAVE_THREADS)
+        while len(self._saves) >= SAVE_THREADS:
+            self._saves.pop(0).result()
+        self._saves.append(self._saver.submit(self._save, li, i, l0, values, stats, timings, seconds))
+
+    def finish(self):
+        """Wait for the chunk files still being written (a failed write raises its error); the run's summary comes
+        after them. Also on an interrupted run: the chunks computed are written for ``--resume``."""
+        try:
+            while self._saves:
+                self._saves.pop(0).result()
+        finally:
+            if self._saver is not None:
+                self._saver.shutdown(wait=True)
+                self._saver = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        if kind is None:
+            self.finish()
+        else:                                             # the run's error, not a write's: the chunks computed are
+            with contextlib.suppress(Exception):          # still written (for --resume)
+                self.finish()
 
     def _distributed(self, li, todo) -> dict:
-        """The chunks ``todo`` [(index, l0, Lc)] as cluster tasks: each saved as it arrives (in ``SAVE_THREADS``
-        threads, while the next results arrive; a resume takes the finished prefix), returned by index; an interrupt
-        cancels the rest and still writes the chunks received."""
+        """The chunks ``todo`` [(index, l0, Lc)] as cluster tasks: each saved as it arrives (:meth:`_save_later`; a
+        resume takes the finished prefix), returned by index; an interrupt cancels the rest (the chunks received
+        are still written: :meth:`finish`)."""
         M, splits = self.specs[li]
         futures = {self.executor.submit(li, i, li * MLMC_LEVEL_PATHS + l0, Lc, M, splits, self._cond_sample(li, l0),
                                         self.aggregate): (i, l0, Lc) for i, l0, Lc in todo}
-        done, saves = {}, []
-        with ThreadPoolExecutor(max_workers=SAVE_THREADS) as saver:     # files written while results arrive
-            try:
-                for future, (values, stats, timings, seconds) in self.executor.completed(list(futures)):
-                    i, l0, Lc = futures[future]
-                    self._check_finite(values, li, l0, Lc)
-                    if len(saves) >= SAVE_THREADS:        # at most SAVE_THREADS writes queued: a failed one stops
-                        saves.pop(0).result()             # the run (and cancels the tasks) by the next result
-                    saves.append(saver.submit(self._save, li, i, l0, values, stats, timings, seconds))
-                    done[i] = (values, stats, timings, seconds)
-                    self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s "
-                               f"(cluster task)")
-            except BaseException:                                # (the chunks received are still written)
-                for future in futures:
-                    future.cancel()
-                raise
-        for save in saves:                                                 # the last writes
-            save.result()
+        done = {}
+        try:
+            for future, (values, stats, timings, seconds) in self.executor.completed(list(futures)):
+                i, l0, Lc = futures[future]
+                self._check_finite(values, li, l0, Lc)
+                self._save_later(li, i, l0, values, stats, timings, seconds)
+                done[i] = (values, stats, timings, seconds)
+                self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s "
+                           f"(cluster task)")
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
         return done
 
     def _tick(self, line=None):

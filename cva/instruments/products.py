@@ -110,5 +110,5 @@ def stacked_payoff(contracts, sets, xp):
         if U.dtype not in rounded:
             rounded[U.dtype] = K.astype(U.dtype)
         k, c = (rounded[U.dtype], call) if U.ndim == 2 else (rounded[U.dtype][:, :, None], call[:, :, None])
-        return xp.where(c, xp.maximum(U - k, 0), xp.maximum(k - U, 0))
+        return xp.maximum(xp.where(c, U - k, k - U), 0)
     return payoff

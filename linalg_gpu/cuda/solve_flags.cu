@@ -81,3 +81,46 @@ __global__ void scatter_stage(const long long* __restrict__ idx, long long count
         }
     }
 }
+
+// merge_stage, after a later stage of solve_small run on the whole batch (small n: no gathering, no read of
+// counts by the host): a system still pending takes the stage's results if it is the last stage, or if it
+// waits for no later stage (start code <= `code`, with per-system codes) and the stage solved it (ok and
+// residual <= rtol); x as NaN where the stage's ok is false, its method code becomes `code`, and it leaves
+// pending. One thread per system (nr entries of x each).
+template <typename T>
+__global__ void merge_stage(int nr, const T* __restrict__ xs, const T* __restrict__ cs, const int* __restrict__ nds,
+                            const bool* __restrict__ oks, const T* __restrict__ rs, signed char code, int last, T rtol,
+                            const signed char* __restrict__ start_codes, int use_codes, bool* __restrict__ pending,
+                            T* __restrict__ x, signed char* __restrict__ codes, T* __restrict__ resid,
+                            T* __restrict__ cond, int* __restrict__ ndisc, bool* __restrict__ ok, long long batch)
+{
+    for (long long s = (long long)blockIdx.x * blockDim.x + threadIdx.x; s < batch;
+         s += (long long)gridDim.x * blockDim.x) {
+        if (!pending[s]) continue;
+        const bool take = last || ((!use_codes || start_codes[s] <= code) && oks[s] && rs[s] <= rtol);
+        if (!take) continue;
+        for (int e = 0; e < nr; ++e) x[s * nr + e] = oks[s] ? xs[s * nr + e] : T(NAN);
+        codes[s] = code;
+        resid[s] = rs[s];
+        cond[s] = cs[s];
+        ndisc[s] = nds[s];
+        ok[s] = oks[s];
+        pending[s] = false;
+    }
+}
+
+// next_start_codes, a per-system SolverMemory's record: the stage each system starts at next time, 2 (the
+// eigen-solve) where it needed it (method 2, and it started before it or discarded eigenvalues), 1 where
+// Householder + PCR solved it, else 0; one launch instead of about eight elementwise kernels.
+template <typename I>
+__global__ void next_start_codes(const signed char* __restrict__ code, const I* __restrict__ ndisc,
+                                 const signed char* __restrict__ start, int use_start,
+                                 signed char* __restrict__ out, long long batch)
+{
+    for (long long s = (long long)blockIdx.x * blockDim.x + threadIdx.x; s < batch;
+         s += (long long)gridDim.x * blockDim.x) {
+        const bool eig = code[s] == 2;
+        const bool need = eig && (!use_start || start[s] < 2 || ndisc[s] > 0);
+        out[s] = need ? 2 : (code[s] == 1 ? 1 : 0);
+    }
+}

@@ -366,10 +366,11 @@ def eigh_small(A):
     return w, V, nonfinite, asym
 
 
-def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt):
+def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt, read=True):
     """cuda/solve_flags.cu: breakdown, redo and the four "any" flags (non-finite input, asymmetric
     input, failed, redo) of solve_small's first stage, its outputs ``out`` = (x, code, residual, cond,
-    ok) finished in place; numpy twin: ``robust.first_stage_flags``."""
+    ok) finished in place; numpy twin: ``robust.first_stage_flags``. Without ``read`` the flags are not
+    read (None): the host goes on without waiting for the solve."""
     import cupy as cp
 
     x, code, residual, cond, ok = out
@@ -384,6 +385,8 @@ def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt):
            (x, np.int32(x.size // B), code, residual, cond, ok, nonfinite, asym, codes, np.int32(use),
             residual.dtype.type(rtol), residual.dtype.type(asym_max), np.int32(ldlt), breakdown, redo, anys,
             np.int64(B)))
+    if not read:
+        return breakdown, redo, None
     bits = int(anys.get()[0])
     return breakdown, redo, tuple(bool(bits & f) for f in (1, 2, 4, 8))
 
@@ -404,6 +407,39 @@ def scatter_stage(out, sel, rows, stage_out, code):
     fn = get_function("solve_flags.cu", "scatter_stage", x.dtype)
     fn((min((count * nr + 255) // 256, 1024),), (256,),
        (idx, np.int64(count), np.int32(nr), xs, cs, nds, oks, rs, np.int8(code), x, codes, resid, cond, ndisc, ok))
+
+
+def merge_stage(out, stage_out, pending, code, last, rtol, start_codes):
+    """cuda/solve_flags.cu: the results of a later stage of solve_small run on the whole batch into ``out`` =
+    (x, code, residual, cond, n_discarded, ok) at the systems still ``pending`` that it solved (every pending
+    one if ``last``), which then leave ``pending`` (updated in place), in one launch; numpy twin:
+    ``robust.merge_stage``."""
+    import cupy as cp
+
+    x, codes, resid, cond, ndisc, ok = out
+    xs, cs, nds, oks, rs = stage_out
+    B = ok.size
+    use = start_codes is not None
+    fn = get_function("solve_flags.cu", "merge_stage", x.dtype)
+    if B:
+        fn((min((B + 255) // 256, 1024),), (256,),
+           (np.int32(x.size // B), xs, cs, nds, oks, rs, np.int8(code), np.int32(last), x.dtype.type(rtol),
+            cp.asarray(start_codes) if use else pending, np.int32(use), pending, x, codes, resid, cond, ndisc, ok,
+            np.int64(B)))
+
+
+def next_start_codes(code, ndisc, start):
+    """cuda/solve_flags.cu: a per-system SolverMemory's start codes for next time (int8, one launch); numpy twin:
+    ``robust.next_start_codes``."""
+    import cupy as cp
+
+    B = code.size
+    out = cp.empty(B, dtype=np.int8)
+    fn = get_function("solve_flags.cu", "next_start_codes", ndisc.dtype)
+    if B:
+        fn((min((B + 255) // 256, 1024),), (256,), (code, ndisc, code if start is None else cp.asarray(start),
+                                                    np.int32(start is not None), out, np.int64(B)))
+    return out
 
 
 def screening_flags(nonfinite, asym, asym_max):

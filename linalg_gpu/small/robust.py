@@ -4,7 +4,9 @@
 down or whose relative residual ||Ax - b|| / (||A|| ||x|| + ||b||) exceeds ``rtol`` are solved
 again by Householder + PCR (section 4); those still above ``rtol`` by the eigen-decomposition
 A = N D N^T with the eigenvalues lambda <= lambda_max / cond_max discarded (section 5, step 3):
-x = N_k D_k^{-1} N_k^T b. Only the failing systems are recomputed.
+x = N_k D_k^{-1} N_k^T b. Only the failing systems take a later stage's results: a later stage runs on them,
+gathered, or on the GPU for small n and batches (``WHOLE_BATCH_MAX_N``) on the whole batch, so that the host
+reads no counts.
 
 ``SolverMemory`` is the paper's "next time": per key (an exercise date in the CVA engine) it
 remembers what the systems needed, so that a later batch with that key starts with LDL^T when
@@ -31,6 +33,15 @@ __all__ = ["solve_small", "ldlt_solve", "SolverReport", "SolverMemory", "METHODS
 
 METHODS = ("auto", "ldlt", "householder_pcr", "eig_truncate")
 STAGES = ("ldlt", "householder_pcr", "eig_truncate")
+# The GPU runs solve_small's later stages on the whole batch (_later_stages_whole) instead of on the gathered
+# systems that need them for n <= 2, and for n <= WHOLE_BATCH_MAX_N in batches of at most WHOLE_BATCH_MAX_SYSTEMS:
+# there the fallback kernels' work on every system costs less than the host's two reads of counts per call.
+# benchmarks/tools/measure_whole_batch.py on an H200 (2026-11-28, float32, a per-system memory's batch with 4 %
+# singular and 1 % near-singular systems, ms per call, gathered / whole): 4096 systems, n = 2, 3, 5, 8: 3.12 / 1.03,
+# 3.04 / 1.04, 2.96 / 1.02, 2.93 / 1.02; 2^20 systems: n = 2 3.01 / 1.01, n = 3 2.92 / 3.85, n = 5 3.06 / 7.98,
+# n = 8 3.02 / 3.18.
+WHOLE_BATCH_MAX_N = 8
+WHOLE_BATCH_MAX_SYSTEMS = 2**17
 _NAMES = np.array(STAGES + ("none",))          # code 3: the input of that system was not finite
 
 
@@ -149,13 +160,10 @@ class SolverMemory:
         where the report's are (on the GPU without a transfer, which would stop the host until the solve is
         done; the counts of :meth:`summary` are read when asked for); a batch memory counts them on the host."""
         if self.per_system:
-            xp = get_array_module(report.method_code)
             code, nd = report.method_code.ravel(), report.n_discarded.ravel()
-            eig = code == 2                                  # a system started on the eigen-solve needed it
-            start = report.start_codes                       # only if it discarded eigenvalues
-            need = eig & ((start < 2) | (nd > 0)) if start is not None else eig
+            nxt = next_start_codes if get_array_module(code) is np else _gpu.next_start_codes
             self._last[key] = {"start": report.start_method, "code": code,
-                               "start_codes": xp.where(need, 2, xp.where(code == 1, 1, 0)).astype(np.int8)}
+                               "start_codes": nxt(code, nd, report.start_codes)}
             return
         code = _host(report.method_code).ravel()
         nd = _host(report.n_discarded).ravel()
@@ -282,6 +290,16 @@ def _run_stage(stage_fn, A, b, n, symmetrize, screen):
     return C.map_chunks(block, (A, b), n, nbytes=2**23 if stage_fn is _ldlt_stage else 2**22)
 
 
+def next_start_codes(code, ndisc, start):
+    """A per-system memory's start codes for next time (numpy twin of cuda/solve_flags.cu next_start_codes): 2
+    where a system needed the eigen-solve (method 2 and it started before it, or, started on it, discarded
+    eigenvalues), 1 where Householder + PCR solved it, else 0 (int8)."""
+    xp = get_array_module(code)
+    eig = code == 2
+    need = eig & ((start < 2) | (ndisc > 0)) if start is not None else eig
+    return xp.where(need, 2, xp.where(code == 1, 1, 0)).astype(np.int8)
+
+
 def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt):
     """The bookkeeping of solve_small after its first stage (numpy twin of cuda/solve_flags.cu).
 
@@ -316,6 +334,21 @@ def scatter_stage(out, sel, rows, stage_out, code):
     x[sel] = np.where(oks[rows, None, None], xs[rows], np.nan)
     codes[sel] = code
     resid[sel], cond[sel], ndisc[sel], ok[sel] = rs[rows], cs[rows], nds[rows], oks[rows]
+
+
+def merge_stage(out, stage_out, pending, code, last, rtol, start_codes):
+    """The results of a later stage run on the whole batch into ``out`` = (x, code, residual, cond,
+    n_discarded, ok) at the systems still ``pending`` that it solved (ok, residual <= rtol, and with
+    per-system ``start_codes`` a code <= ``code``; every pending system if ``last``), which then leave
+    ``pending`` (in place); numpy twin of cuda/solve_flags.cu merge_stage."""
+    xs, cs, nds, oks, rs = stage_out
+    take = pending.copy()
+    if not last:
+        take &= oks & (rs <= rtol)
+        if start_codes is not None:
+            take &= start_codes <= code
+    scatter_stage(out, take, take, stage_out, code)
+    pending &= ~take
 
 
 def _partition(xp, masks, n):
@@ -365,6 +398,20 @@ def _later_stages(xp, stages, Af, bf, symmetrize, cond_max, rtol, redo, start_co
             rows, rejected = _partition(xp, [res[3] & (res[4] <= rtol)], run.size)
             scatter(out, run[rows], rows, res, code)
             todo = xp.concatenate([todo, run[rejected]])
+
+
+def _later_stages_whole(xp, stages, Af, bf, symmetrize, cond_max, rtol, redo, start_codes, out):
+    """:func:`_later_stages` without gathering: each later stage runs on the whole batch and its results are
+    merged into ``out`` where a system still needs them (:func:`merge_stage`), so the host reads nothing. The
+    kernels solve each system on its own, so the results are those of the gathered batches, bit for bit; for
+    small n the stages' extra work costs less than the host's waits for the counts (``WHOLE_BATCH_MAX_N``)."""
+    merge = _gpu.merge_stage if xp is not np else merge_stage
+    n = Af.shape[-1]
+    pending = redo.copy()
+    codes = None if start_codes is None else xp.asarray(start_codes)
+    for stage in stages[1:]:
+        res = _stage(xp, stage, cond_max)(Af, bf, n, symmetrize, False)
+        merge(out, res, pending, STAGES.index(stage), stage == stages[-1], rtol, codes)
 
 
 def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,
@@ -464,16 +511,25 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     first = STAGES.index(stages[0])
     code = xp.full(B, first, dtype=np.int8) if first else xp.zeros(B, dtype=np.int8)
     # the flags in one pass (on the GPU one kernel and one synchronization); with a per-system
-    # memory, systems that needed a later stage last time go straight to it
-    flags = first_stage_flags if xp is np else _gpu.first_stage_flags
-    breakdown, redo, (any_nonfinite, any_asym, any_failed, any_redo) = flags(
-        (x, code, residual, cond, ok), nonfinite, asym, start_codes, rtol, C.SYMMETRY_RTOL * np.finfo(dt).eps,
-        stages[0] == "ldlt")
-    C.raise_for_flags(A, [A, b], ["A", "b"], check_finite and any_nonfinite, not assume_symmetric and any_asym,
-                      "these systems flagged in the report")
+    # memory, systems that needed a later stage last time go straight to it. Small systems on the GPU run the
+    # later stages on the whole batch: with a report, no input checks, nothing is read and the host goes on
+    whole = (xp is not np and len(stages) > 1 and n <= WHOLE_BATCH_MAX_N
+             and (n <= 2 or Af.shape[0] <= WHOLE_BATCH_MAX_SYSTEMS))
+    args = ((x, code, residual, cond, ok), nonfinite, asym, start_codes, rtol, C.SYMMETRY_RTOL * np.finfo(dt).eps,
+            stages[0] == "ldlt")
+    if xp is np:
+        breakdown, redo, anys = first_stage_flags(*args)
+    else:
+        breakdown, redo, anys = _gpu.first_stage_flags(
+            *args, read=not (whole and return_report and not check_finite and assume_symmetric))
+    any_failed = any_redo = True                                      # (unknown where not read)
+    if anys is not None:
+        any_nonfinite, any_asym, any_failed, any_redo = anys
+        C.raise_for_flags(A, [A, b], ["A", "b"], check_finite and any_nonfinite, not assume_symmetric and any_asym,
+                          "these systems flagged in the report")
     if len(stages) > 1 and any_redo:
-        _later_stages(xp, stages, Af, bf, assume_symmetric, cond_max, rtol, redo, start_codes,
-                      (x, code, residual, cond, n_disc, ok))
+        (_later_stages_whole if whole else _later_stages)(xp, stages, Af, bf, assume_symmetric, cond_max, rtol, redo,
+                                                          start_codes, (x, code, residual, cond, n_disc, ok))
 
     def shaped(a):                                                    # (a view costs host time)
         return a if a.shape == batch else a.reshape(batch)

@@ -450,3 +450,36 @@ def test_stopped_cashflows_kernel_is_the_loop(rng, dtype, regression_dtype, inde
                     [kernel.value, kernel.stderr, kernel.cashflow] + kernel.parts, strict=True):
         np.testing.assert_array_equal(cp.asnumpy(a), cp.asnumpy(b))
     assert float(cp.count_nonzero(loop.cashflow)) > 0.3 * B * M
+
+
+@pytest.mark.parametrize("dtype, rdt", [(np.float32, np.float32), (np.float32, np.float64), (np.float64, np.float64)])
+@pytest.mark.parametrize("d, groups, payoff_regressor", [(1, 1, False), (1, 3, True), (2, 1, True), (3, 3, False)])
+@pytest.mark.parametrize("depths", [1, 3])
+def test_affine_exercise_kernel_is_its_twin(rng, dtype, rdt, d, groups, payoff_regressor, depths):
+    """cuda/affine_exercise.cu (lsm._AffineStep) against lsm.affine_exercise_twin, the kernels it replaced one by
+    one: bitwise the same cashflows, exercise dates and decisions of depth 0, for one scale or one per group of
+    sets, with and without the payoff column, a discount to the next date or none, on a slice read through its
+    strides (a date of S (B, M, N, d)); some paths exercise and some do not."""
+    from cva.engine.lsm import _AffineStep, affine_exercise_twin
+
+    B, M, N, j = 6, 64, 5, 2
+    scale = rng.uniform(50, 150, (groups, d)) if groups > 1 else rng.uniform(50, 150, d)
+    psi = basis.make_basis("linear", scale, payoff_regressor)
+    S = cp.asarray(rng.uniform(0.5, 1.5, (B, M, N, d)) * (scale.reshape(-1, 1, 1, d).repeat(B // groups, 0)
+                                                          if groups > 1 else scale)).astype(dtype)
+    h = cp.maximum(100.0 - S[:, :, j].astype(rdt).mean(axis=2), 0).astype(rdt)
+    p = d + 1 + payoff_regressor
+    beta = cp.asarray(rng.normal(0, [10] + [5] * (p - 1), (B * (2 ** depths - 1), p))).astype(rdt)
+    beta[:, 0] += 20
+    V0 = cp.asarray(rng.uniform(0, 30, (B, M))).astype(dtype)
+    stop0 = cp.full((B, M), N - 1, dtype=np.uint8)
+    for disc in (None, 0.97):
+        step = _AffineStep(S, psi, np.dtype(rdt), [V0] * depths, [stop0] * depths)
+        ex = step(S[:, :, j], h, beta, j, None if disc is None else dtype(disc))
+        V, stop = cp.stack([V0] * depths), cp.stack([stop0] * depths)
+        betas = cp.split(beta, [B * (2 ** k - 1) for k in range(1, depths)])
+        want = affine_exercise_twin(S[:, :, j], psi, h, betas, V, stop, j, disc)
+        assert want.any() and not want.all()
+        np.testing.assert_array_equal(ex.get(), want.get())
+        np.testing.assert_array_equal(step.V.get(), V.get())
+        np.testing.assert_array_equal(step.stop.get(), stop.get())

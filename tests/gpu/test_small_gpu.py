@@ -547,3 +547,82 @@ def test_partition_on_gpu_matches_flatnonzero(rng, n, p):
     for g, want in zip(got, (np.flatnonzero(masks[0]), np.flatnonzero(masks[1]), np.flatnonzero(rest)), strict=True):
         assert isinstance(g, cp.ndarray) and g.dtype == np.int64
         np.testing.assert_array_equal(g.get(), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("codes", [False, True])
+def test_merge_stage_matches_numpy_twin(rng, dtype, last, codes):
+    """cuda/solve_flags.cu merge_stage against its twin robust.merge_stage: a later stage's results (run on the
+    whole batch) into the pending systems it solved, pending updated; 300 001 systems (the grid-stride loop goes
+    round more than once)."""
+    from linalg_gpu.small import robust
+
+    B, n, r, rtol = 300_001, 3, 2, 1e-6
+    out = (rng.standard_normal((B, n, r)).astype(dtype), rng.integers(0, 2, B).astype(np.int8),
+           rng.random(B).astype(dtype), rng.random(B).astype(dtype), rng.integers(0, 3, B).astype(np.int32),
+           rng.random(B) < 0.5)
+    res = (rng.standard_normal((B, n, r)).astype(dtype), rng.random(B).astype(dtype),
+           rng.integers(0, 5, B).astype(np.int32), rng.random(B) < 0.8, (rtol * rng.uniform(0, 2, B)).astype(dtype))
+    pending = rng.random(B) < 0.6
+    start = rng.integers(0, 3, B).astype(np.int8) if codes else None
+    dev, pend = [cp.asarray(a) for a in out], cp.asarray(pending)
+    _gpu.merge_stage(dev, [cp.asarray(a) for a in res], pend, 1, last, rtol, start)
+    robust.merge_stage(out, res, pending, 1, last, rtol, start)
+    np.testing.assert_array_equal(pend.get(), pending)
+    for g, w in zip(dev, out, strict=True):
+        np.testing.assert_array_equal(g.get(), w)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [2, 3, 6, 8])
+def test_whole_batch_later_stages_give_the_gathered_bits(rng, monkeypatch, n, dtype):
+    """solve_small on the GPU with its later stages on the whole batch (n <= robust.WHOLE_BATCH_MAX_N, and with
+    a report and no input checks nothing read by the host) against the same calls with the stages on the gathered
+    failing systems: bitwise the same x and report, over three batches under a per-system memory (so each system
+    starts where it needed to) and with method auto and no memory; every method is used."""
+    from linalg_gpu.small import robust
+
+    B = 20_000
+    X = rng.standard_normal((3, B, n + 1, n))
+    A = np.einsum("kbij,kbil->kbjl", X, X)
+    A[:, : B // 10, -1, :] = A[:, : B // 10, :, -1] = 0                       # singular: the eigen-solve
+    A[:, B // 10: B // 5] -= 3 * np.eye(n) * np.abs(A[:, B // 10: B // 5]).max(axis=(2, 3))[..., None, None]
+    A[:, B // 10: B // 5] += np.eye(n)                                        # indefinite: LDL^T may break down
+    b = rng.standard_normal((3, B, n))
+    A, b = cp.asarray(A.astype(dtype)), cp.asarray(b.astype(dtype))
+    runs = {}
+    for whole in (False, True):
+        monkeypatch.setattr(robust, "WHOLE_BATCH_MAX_N", 8 if whole else 0)
+        memory, got = lg.SolverMemory(per_system=True), []
+        for k in range(3):
+            got.append(lg.solve_small(A[k], b[k], return_report=True, memory=memory, key="k", check_finite=False,
+                                      assume_symmetric=True))
+        got.append(lg.solve_small(A[0], b[0], return_report=True))
+        runs[whole] = [(x.get(), {f: getattr(rep, f).get() for f in ("method_code", "residual", "n_discarded",
+                                                                      "cond_estimate", "breakdown", "ok")})
+                       for x, rep in got]
+    used = set()
+    for (xg, rg), (xw, rw) in zip(runs[False], runs[True], strict=True):
+        np.testing.assert_array_equal(xw, xg)
+        for f in rg:
+            np.testing.assert_array_equal(rw[f], rg[f])
+        used |= set(np.unique(rg["method_code"]).tolist())
+    assert used >= {0, 2}
+
+
+@pytest.mark.parametrize("with_start", [False, True])
+def test_next_start_codes_match_numpy_twin(rng, with_start):
+    """cuda/solve_flags.cu next_start_codes (a per-system SolverMemory's record) against its twin
+    robust.next_start_codes on every combination of method code, discarded eigenvalues and start code; 300 001
+    systems (the grid-stride loop goes round more than once)."""
+    from linalg_gpu.small import robust
+
+    B = 300_001
+    code = rng.integers(0, 4, B).astype(np.int8)
+    nd = (rng.random(B) < 0.3).astype(np.int32) * rng.integers(1, 4, B).astype(np.int32)
+    start = rng.integers(0, 3, B).astype(np.int8) if with_start else None
+    got = _gpu.next_start_codes(cp.asarray(code), cp.asarray(nd), None if start is None else cp.asarray(start))
+    want = robust.next_start_codes(code, nd, start)
+    assert got.dtype == np.int8 and set(np.unique(want)) == {0, 1, 2}
+    np.testing.assert_array_equal(got.get(), want)
