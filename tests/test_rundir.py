@@ -177,6 +177,24 @@ def test_summary_is_written_last_and_resume_finishes_a_cut_report(tmp_path, monk
         cva.run(cfg, resume=True, progress=False)
 
 
+def test_an_interrupted_run_has_written_its_chunks_and_resumes_to_the_same_bits(tmp_path, monkeypatch):
+    """The chunk files are written in the background while the next chunk is computed: an interrupt in the third
+    chunk still leaves the first two written (the run waits for its writes on the way out), and the resumed run is
+    bitwise the uninterrupted one."""
+    whole = cva.run(_config(tmp_path, "whole"), chunk=60, progress=False)
+    cfg = _config(tmp_path, "cut")
+    original = _interrupt_at(monkeypatch, nested, "chunk_values", 3)
+    with pytest.raises(KeyboardInterrupt):
+        cva.run(cfg, chunk=60, progress=False)
+    monkeypatch.setattr(nested, "chunk_values", original)
+    chunks = sorted(p.name for p in (tmp_path / "cut" / rundir.CHUNKS).glob("level*_*.npz"))
+    assert chunks == ["level0_00000.npz", "level0_00001.npz"]
+    assert not list((tmp_path / "cut").rglob("*.tmp*"))
+    resumed = cva.run(cfg, resume=True, progress=False)
+    np.testing.assert_array_equal(resumed.values, whole.values)
+    assert resumed.cva == whole.cva and resumed.stderr == whole.stderr
+
+
 def test_keep_chunks(tmp_path):
     cva.run(_config(tmp_path, "keep"), chunk=100, progress=False, keep_chunks=True)
     chunks = sorted((tmp_path / "keep" / rundir.CHUNKS).glob("level*_*.npz"))

@@ -152,7 +152,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
     if rdt not in (np.float32, np.float64):
         raise ValueError(f"regression_dtype must be float32 or float64, got {regression_dtype!r}")
-    step = _AffineStep(S, basis_fn, rdt, Vs, stopping) if affine else None        # one kernel per date
+    step = _AffineStep(S, basis_fn, rdt, Vs, stopping) if affine and N > 1 else None    # one kernel per date
     gram_cache = {}                                               # what the dates' normal equations share
     if step is not None:
         Vs, stopping = list(step.V), list(step.stop) if keep_stopping else []
@@ -186,7 +186,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         A_all, b_all = (As[0], bs[0]) if len(As) == 1 else (xp.concatenate(As), xp.concatenate(bs))
         clock("assembly")
         if condition_sample:                               # (read with the exercise shares, at the end)
-            w = xp.linalg.eigvalsh(A_all[:condition_sample])                       # (k, p) ascending
+            w = xp.linalg.eigvalsh(A_all[:min(condition_sample, B)])               # (k, p) ascending
             low, high = xp.abs(w[:, 0]), xp.abs(w[:, -1])
             conditions[j] = xp.where(low > 0, high / xp.where(low > 0, low, 1), xp.inf)   # singular: inf
             clock("conditions")
@@ -420,8 +420,8 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
 def _scale_factors(xp, basis, d, e, B, s, dtype, cache, order):
     """psi's factors 1 / scale of :func:`_gram_normal_equations`: for b (``order`` 1) the (p,) row, for A (2) its
     outer product (p, p); with a scale per group of sets one row (or product) per system of every depth (the sets'
-    groups), (B (2^(s+1) - 1), p[, p]). Kept in ``cache`` (per call)."""
-    key = ("scale", order, B, s, np.dtype(dtype).name)
+    groups), (B (2^(s+1) - 1), p[, p]). Kept in ``cache``, which is one Longstaff-Schwartz call's (one basis)."""
+    key = ("scale", order, B, s, d, e, np.dtype(dtype).name)
     if key not in cache:
         inv = basis.inverse_scale(d)                                               # (d,) or (groups, d)
         sc = xp.asarray(np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv, np.ones(inv.shape[:-1] + (e - 1,))],
@@ -519,7 +519,7 @@ class _AffineStep:
         st = np.uint8 if self.stop is None else self.stop.dtype
         self.fn = get_function("affine_exercise.cu", "affine_exercise", S.dtype, ctype(rdt), ctype(st),
                                cuda_dir=CUDA_DIR)
-        self.st, self.it = np.dtype(st).type, S.dtype.itemsize
+        self.st, self.it, self.rdt = np.dtype(st).type, S.dtype.itemsize, np.dtype(rdt)
 
     def __call__(self, Sj, h, beta, j, disc):
         """The date j of the slice Sj (B, M, d) of the paths (their dtype), the payoff h (B, M) and the solver's
@@ -536,9 +536,11 @@ class _AffineStep:
         ex = cp.empty((B, M), dtype=bool)
         self.fn((grid_blocks(B * M),), (256,), (
             np.uint64(Sj.data.ptr), np.int64(Sj.strides[0] // self.it), np.int64(Sj.strides[1] // self.it),
-            np.int32(d), cp.ascontiguousarray(h), cp.ascontiguousarray(beta), np.int32(beta.shape[1]), self.inv,
+            np.int32(d), cp.ascontiguousarray(h, dtype=self.rdt), cp.ascontiguousarray(beta, dtype=self.rdt),
+            np.int32(beta.shape[1]), self.inv,
             self.c, np.int32(self.inv.shape[0]), np.int32(self.basis.payoff_regressor), np.int32(depths), self.V,
-            np.uint64(0) if self.stop is None else self.stop, self.st(j), self.V.dtype.type(disc or 0),
+            np.uint64(0) if self.stop is None else self.stop, self.st(0 if self.stop is None else j),
+            self.V.dtype.type(disc or 0),
             np.int32(disc is not None), ex, np.int64(B), np.int32(M)))
         return ex
 

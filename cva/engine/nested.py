@@ -451,7 +451,8 @@ class Levels:
                                              f"holds outer paths {meta.get('l0')}.. ({values.shape[1]}), this run "
                                              f"asks for {l0}.. ({Lc}); run without --resume")
                 self.stats.merge_json(meta["stats"])
-                _add_timings(self.timings, meta["timings"])
+                with self._lock:                                   # (a background write may book its io)
+                    _add_timings(self.timings, meta["timings"])
                 self.seconds[li] += meta["seconds"]
                 self.parts[li].append(values)
                 self.chunks[li] += 1
@@ -502,21 +503,30 @@ class Levels:
 
     def _save_later(self, li, i, l0, values, stats, timings, seconds):
         """A chunk's file written in the background (``SAVE_THREADS`` threads) while the next chunks are computed or
-        received; at most ``SAVE_THREADS`` writes queued, so a failed one stops the run by the next chunk."""
+        received; at most ``SAVE_THREADS`` writes queued. A failed write stops the run at the next chunk if it has
+        ended by then, at the latest once ``SAVE_THREADS`` more chunks have come."""
         if self.out_dir is None:
             return
         if self._saver is None:
             self._saver = ThreadPoolExecutor(max_workers=SAVE_THREADS)
-        while len(self._saves) >= SAVE_THREADS:
+        while self._saves and (self._saves[0].done() or len(self._saves) >= SAVE_THREADS):
             self._saves.pop(0).result()
         self._saves.append(self._saver.submit(self._save, li, i, l0, values, stats, timings, seconds))
 
     def finish(self):
         """Wait for the chunk files still being written (a failed write raises its error); the run's summary comes
-        after them. Also on an interrupted run: the chunks computed are written for ``--resume``."""
+        after them. Also on an interrupted run: the chunks computed are written for ``--resume``. Every write is
+        waited for; the first failure is raised."""
+        saves, self._saves = self._saves, []
         try:
-            while self._saves:
-                self._saves.pop(0).result()
+            failed = None
+            for save in saves:
+                try:
+                    save.result()
+                except Exception as exc:                                       # the first one is raised
+                    failed = failed or exc
+            if failed is not None:
+                raise failed
         finally:
             if self._saver is not None:
                 self._saver.shutdown(wait=True)

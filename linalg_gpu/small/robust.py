@@ -39,7 +39,7 @@ STAGES = ("ldlt", "householder_pcr", "eig_truncate")
 # benchmarks/tools/measure_whole_batch.py on an H200 (2026-11-28, float32, a per-system memory's batch with 4 %
 # singular and 1 % near-singular systems, ms per call, gathered / whole): 4096 systems, n = 2, 3, 5, 8: 3.12 / 1.03,
 # 3.04 / 1.04, 2.96 / 1.02, 2.93 / 1.02; 2^20 systems: n = 2 3.01 / 1.01, n = 3 2.92 / 3.85, n = 5 3.06 / 7.98,
-# n = 8 3.02 / 3.18.
+# n = 8 3.02 / 3.18. (2^17, between the two batch sizes measured, is a choice, not a measured crossing.)
 WHOLE_BATCH_MAX_N = 8
 WHOLE_BATCH_MAX_SYSTEMS = 2**17
 _NAMES = np.array(STAGES + ("none",))          # code 3: the input of that system was not finite
@@ -424,7 +424,9 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
         Symmetric matrices; only the lower triangle is used (NaN or Inf anywhere in A counts
         as non-finite input). numpy arrays are solved on the
         CPU; cupy arrays (n <= 64) on the GPU by the kernels in ``linalg_gpu/cuda``, with the
-        fallbacks run only on the failing systems, compacted on the device. On the GPU in float32,
+        fallbacks run on the failing systems, compacted on the device (small n and batches: on the
+        whole batch, each system taking a fallback's result only where it needs it,
+        ``WHOLE_BATCH_MAX_N``). On the GPU in float32,
         LDL^T and Householder + PCR need max |A_ij| < 2^126 (about 8.5e37): above it their
         pivots' reciprocals leave the normal range and x is wrong while ``report.ok`` stays True
         (``report.residual`` shows it; ``auto`` falls back to the eigen-solve, which is accurate
@@ -504,7 +506,8 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     stages = (STAGES if start == "per-system" else STAGES[STAGES.index(start):]) if method == "auto" else (method,)
 
     # The first stage runs on the whole batch and its outputs become the results; later stages
-    # run on the systems that failed (gathered, i.e. compacted on the device) and are scattered back.
+    # run on the systems that failed (gathered, i.e. compacted on the device) and are scattered back,
+    # or for small systems on the whole batch, merged where a system needs them (_later_stages_whole).
     x, cond, n_disc, ok, residual, nonfinite, asym = _stage(xp, stages[0], cond_max)(
         Af, bf, n, assume_symmetric, True)
     # a memset where the code is 0: cupy's fill kernel costs tens of microseconds of host time

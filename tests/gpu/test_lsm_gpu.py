@@ -483,3 +483,27 @@ def test_affine_exercise_kernel_is_its_twin(rng, dtype, rdt, d, groups, payoff_r
         np.testing.assert_array_equal(ex.get(), want.get())
         np.testing.assert_array_equal(step.V.get(), V.get())
         np.testing.assert_array_equal(step.stop.get(), stop.get())
+
+
+def test_affine_exercise_without_exercise_dates_kept_beyond_256_dates(rng):
+    """The affine step without the exercise dates kept (stop None, the default of longstaff_schwartz) at a date
+    index above 255 (no uint8 date then): the kernel is its twin, and so is a whole call of 300 dates."""
+    from cva.engine.lsm import _AffineStep, affine_exercise_twin
+
+    B, M, N, j = 4, 64, 300, 290
+    psi = basis.make_basis("linear", np.array([100.0]))
+    S = cp.asarray(rng.uniform(60, 140, (B, M, N, 1)))
+    h = cp.maximum(100.0 - S[:, :, j, 0], 0)
+    beta = cp.asarray(rng.normal(0, 5, (B, 2)) + [15.0, 0.0])
+    V0 = cp.asarray(rng.uniform(0, 30, (B, M)))
+    step = _AffineStep(S, psi, np.dtype(np.float64), [V0], [])
+    ex = step(S[:, :, j], h, beta, j, 0.99)
+    V = cp.stack([V0])
+    want = affine_exercise_twin(S[:, :, j], psi, h, [beta], V, None, j, 0.99)
+    assert want.any() and not want.all()
+    np.testing.assert_array_equal(ex.get(), want.get())
+    np.testing.assert_array_equal(step.V.get(), V.get())
+    put = Contract(style="bermudan", payoff="put", underlying="asset", asset=0, strike=100.0, maturity=3.0,
+                   n_exercise=N)
+    got = longstaff_schwartz(S, put.exercise_times(), put.payoff_value, psi, 0.03)
+    assert np.isfinite(float(got.value[0])) and got.exercised.shape == (N,)

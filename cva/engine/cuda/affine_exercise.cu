@@ -5,8 +5,9 @@
 //   C = sum_a S_a (beta_{1+a} inv_a) + beta_0 [+ beta_{d+1} (h / c)]         (inv, c: the set's group's)
 //   ex = h > 0 and h >= C,   V_k = (ex ? h : V_k) [* disc],   stop_k = ex ? j : stop_k,   ex_out = ex of depth 0
 // with the operations and roundings of lsm._affine_fitted, the exercise and the next date's discount as they were
-// separate kernels (strided_gemv's sum from 0 over the assets, each product and add rounded on its own), so the same
-// bits: one launch where they took about thirty.
+// separate kernels, so the same bits: the sum over the assets from 0 written as strided_gemv's (acc += x * w, which
+// both compile to the same fused multiply-adds), every other product, quotient and sum rounded on its own (the _rn
+// intrinsics: never fused). One launch where they took about thirty.
 
 template <typename U> __device__ __forceinline__ U add_rn(U a, U b);
 template <> __device__ __forceinline__ float add_rn<float>(float a, float b) { return __fadd_rn(a, b); }
