@@ -6,9 +6,10 @@ Usage::
     python benchmarks/bench_scale.py [--outer 131072] [--inner 1024] [--gpus 1 2] [--desk-outer 8192 32768]
                                      [--json benchmarks/results/scale_h100x2.json]
 
-Reported per row: engine seconds (the run's elapsed, without the report), the speedup over one worker, the
-chunk size and count, the bytes a task sends back, the sum of the tasks' own seconds (the work) and the
-client's share (engine seconds less work / workers). Each timed run follows an untimed run of its case at 16384
+Reported per row: engine seconds (the run's elapsed, without the report; the chunk files are written in the
+background and the last ones finish during the measures, outside it), the run's seconds, the speedup over one
+worker, the chunk size and count, the bytes a task sends back, the sum of the tasks' own seconds (the work) and
+the client's share (engine seconds less work / workers). Each timed run follows an untimed run of its case at 16384
 outer paths (the paper-scale case: one chunk of the one-worker run) or at its size (the desk), so that the memory
 pool has grown and the kernels that only large arrays use are compiled: after a warm-up of 64 paths, the first
 large run on a fresh machine spent about 6 s more in its statistics stage than the second (not in a second
