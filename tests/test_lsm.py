@@ -383,3 +383,38 @@ def test_affine_exercise_twin_exercises_where_the_payoff_beats_the_fit(rng, payo
             np.testing.assert_array_equal(ex, want)
         np.testing.assert_allclose(V[k], np.where(want, h, V0) * 0.9, rtol=1e-14)
         np.testing.assert_array_equal(stop[k], np.where(want, j, 9))
+
+
+@pytest.mark.parametrize("splits", [0, 1, 2])
+@pytest.mark.parametrize("payoff_regressor", [False, True])
+def test_joined_normal_equations_with_a_scale_per_group(rng, splits, payoff_regressor):
+    """_gram_normal_equations(joined=True) with a basis scale per group of sets (one-asset contracts stacked across
+    assets): the solver's one batch, depth after depth, each part's equations those of its own group's formed basis
+    (psi (1, S / scale_g[, h / c_g])), and a part without a path in the money A = I, b = 0."""
+    from cva.engine.basis import evaluate
+
+    groups, per, M, d = 3, 2, 64, 1
+    B = groups * per
+    scale = rng.uniform(50.0, 150.0, (groups, d))
+    psi = basis.make_basis("linear", scale, payoff_regressor)
+    S = rng.uniform(0.5, 1.5, (B, M, 1)) * np.repeat(scale, per, axis=0)[:, None, :]
+    h = np.maximum(np.repeat(scale[:, 0], per)[:, None] - S[..., 0], 0)
+    h[1, : M // 2 ** splits] = 0.0                      # set 1's first finest part (all of it at splits 0): none ITM
+    Vs = [rng.standard_normal((B, M)) for _ in range(splits + 1)]
+    mask = h > 0
+    A, b = _gram_normal_equations(np, S, psi, h, Vs, mask, joined=True, cache={})
+    p = d + 1 + payoff_regressor
+    assert A.shape == (B * (2 ** (splits + 1) - 1), p, p) and b.shape == A.shape[:2]
+    X = np.concatenate([evaluate("linear", S[g * per:(g + 1) * per], scale[g], h[g * per:(g + 1) * per]
+                                 if payoff_regressor else None, payoff_scale=scale[g].mean()) for g in range(groups)])
+    row = 0
+    for k in range(splits + 1):
+        n = 2 ** k
+        A_ref, b_ref = _normal_equations(np, _parts(X, n), _parts(Vs[k], n), _parts(mask, n))
+        np.testing.assert_allclose(A[row:row + B * n], A_ref, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(b[row:row + B * n], b_ref, rtol=1e-13, atol=1e-15)
+        row += B * n
+    empty = ~_parts(mask, 2 ** splits).any(axis=1)                         # the finest parts, the last depth
+    assert empty.sum() == 1
+    np.testing.assert_array_equal(A[B * (2 ** splits - 1):][empty], np.eye(p)[None])
+    np.testing.assert_array_equal(b[B * (2 ** splits - 1):][empty], 0.0)
