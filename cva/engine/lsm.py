@@ -156,14 +156,12 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     gram_cache = {}                                               # what the dates' normal equations share
     if step is not None:
         Vs, stopping = list(step.V), list(step.stop) if keep_stopping else []
-    discounted = False                                      # (the affine step discounts to the next date itself)
+    disc = [S.dtype.type(np.exp(-rate * (times[j + 1] - times[j]))) for j in range(N - 1)]   # date j + 1 to j
     for j in range(N - 2, -1, -1):
-        disc = S.dtype.type(np.exp(-rate * (times[j + 1] - times[j])))
         if step is None:
-            Vs = [v * disc for v in Vs]
-        elif not discounted:
-            step.V *= disc
-            discounted = True
+            Vs = [v * disc[j] for v in Vs]
+        elif j == N - 2:                                   # (later dates: the affine step discounted them)
+            step.V *= disc[j]
         Sj = S[:, :, j].astype(rdt, copy=False)                                     # (B, M, d)
         h = payoff_fn(Sj)                                                           # (B, M)
         mask = h > 0 if itm_only else None
@@ -200,8 +198,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         reports[j] = rep if splits == 0 else report_rows(rep, slice(0, B))     # the whole sets' systems
         clock("solve")
         if step is not None:                               # every depth, and the discount to date j - 1
-            exercised[j] = share(step(S[:, :, j], h, beta, j, S.dtype.type(
-                np.exp(-rate * (times[j] - times[j - 1]))) if j else None))
+            exercised[j] = share(step(S[:, :, j], h, beta, j, disc[j - 1] if j else None))
         for depth, C in enumerate(_continuations(Sj, X, basis_fn, h, betas, fused) if step is None else ()):
             ex = (h > 0) & (h >= C)
             exercised[j] = share(ex) if depth == 0 else exercised[j]
@@ -413,8 +410,7 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
     if joined:
         return A, b
     ends = np.cumsum([B * 2 ** k for k in range(s + 1)])
-    return np.split(A, ends[:-1]) if xp is np else xp.split(A, ends[:-1].tolist()), \
-        np.split(b, ends[:-1]) if xp is np else xp.split(b, ends[:-1].tolist())
+    return xp.split(A, ends[:-1].tolist()), xp.split(b, ends[:-1].tolist())
 
 
 def _scale_factors(xp, basis, d, e, B, s, dtype, cache, order):

@@ -296,7 +296,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
                 C_all = xp.concatenate([res.value[None]] + [p.T for p in res.parts])    # (nv, members Lc)
                 C_all = C_all.reshape(nv, len(members), Lc).transpose(0, 2, 1)          # (nv, Lc, members)
                 now = [pos for pos, ci in enumerate(members) if g in plan.exercise_index[ci]]
-                later_only = [pos for pos in range(len(members)) if pos not in now]
+                later_only = [pos for pos, ci in enumerate(members) if g not in plan.exercise_index[ci]]
                 if now:                                                  # exercisable at g: payoff or continuation
                     h = xp.stack([plan.contracts[members[pos]].payoff_value(S_out[:, g]) for pos in now],
                                  axis=-1)[None]                                                  # (1, Lc, now)
