@@ -10,12 +10,13 @@ Reported per row: engine seconds (the run's elapsed, without the report; the chu
 background and the last ones finish during the measures, outside it), the run's seconds, the speedup over one
 worker, the chunk size and count, the bytes a task sends back, the sum of the tasks' own seconds (the work) and
 the client's share (engine seconds less work / workers). Each timed run follows an untimed run of its case at 16384
-outer paths (the paper-scale case: one chunk of the one-worker run) or at its size (the desk), so that the memory
+outer paths or its size if smaller (one chunk of the one-worker run), so that the memory
 pool has grown and the kernels that only large arrays use are compiled: after a warm-up of 64 paths, the first
 large run on a fresh machine spent about 6 s more in its statistics stage than the second (not in a second
 process: the compiled kernels are cached on disk). Every row's per-path values and CVA must be bitwise the
-one-process run's (checked here). On the cluster the chunk is at most a worker's share; the cluster is started
-with ``cva.engine.cluster.LOCAL_CUDA_OPTIONS``, as ``run.cluster: local-cuda`` starts it.
+one-process run's (checked here). On the cluster the chunk is at most a worker's share; the cluster and its
+client are started with ``cva.engine.cluster.LOCAL_CUDA_OPTIONS`` and ``LOCAL_CLIENT_OPTIONS``, as ``run.cluster:
+local-cuda`` starts them.
 ``--desk-outer N ...`` adds bench_desk's desk at N outer paths (without sensitivities), one case per N;
 ``--outer 0`` leaves out the paper-scale case. For sizing a larger cluster it also measures, on a cluster of
 the most GPUs asked for, the scheduler's cost per task (1000 empty tasks) and the client's cost per byte of a
@@ -38,7 +39,7 @@ from bench_cva import config as paper_config
 from bench_desk import desk
 
 import cva
-from cva.engine.cluster import LOCAL_CUDA_OPTIONS
+from cva.engine.cluster import LOCAL_CLIENT_OPTIONS, LOCAL_CUDA_OPTIONS
 
 
 def timed(cfg, cluster=None):
@@ -71,9 +72,10 @@ def main(argv=None):
               "sizes": {"outer": args.outer, "inner": args.inner, "d": 29, "dtype": "float32"}, "rows": []}
     cases = [("paper-scale x8", paper_config(args.outer, args.inner, "float32", "gpu", None),
               paper_config(min(args.outer, 16384), args.inner, "float32", "gpu", None))] if args.outer else []
-    for n in args.desk_outer:                                   # (the desk warms up on its own config)
+    for n in args.desk_outer:                  # (the desk warms up on its config, at most one chunk's paths)
         cfg = desk(20, 40, 400, 10, 24, n, 128, "gpu", "float32", False)
-        cases.append((f"desk {n} outer", cfg, cfg))
+        cases.append((f"desk {n} outer", cfg, desk(20, 40, 400, 10, 24, min(n, 16384), 128, "gpu", "float32",
+                                                   False)))
     for name, cfg, warm in cases:
         timed(warm)                                            # the case's kernels compiled, the pool grown
         ref, row = timed(cfg)
@@ -85,7 +87,7 @@ def main(argv=None):
         for n in args.gpus:
             with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n)), dashboard_address=None,
                                   **LOCAL_CUDA_OPTIONS) as cluster, \
-                    Client(cluster) as client:
+                    Client(cluster, **LOCAL_CLIENT_OPTIONS) as client:
                 timed(warm, client)                                                            # workers compile
                 res, row = timed(cfg, client)
             base = base or row["engine_seconds"]
@@ -102,7 +104,7 @@ def main(argv=None):
     if result["rows"]:
         with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(max(args.gpus))), dashboard_address=None,
                               **LOCAL_CUDA_OPTIONS) as cluster, \
-                Client(cluster) as client:
+                Client(cluster, **LOCAL_CLIENT_OPTIONS) as client:
             result["cluster_costs"] = cluster_costs(client, max(r["task_result_bytes"] for r in result["rows"]
                                                                 if r["workers"]))
     write_results(args.json, result)
@@ -119,8 +121,9 @@ def _payload(nbytes):
 
 def cluster_costs(client, nbytes, tasks=1000):
     """The scheduler's seconds per task (``tasks`` empty ones, submitted and gathered at once) and the client's
-    seconds for a task result of ``nbytes``: received from a worker, checked finite and written as a chunk file
-    (the client's work per chunk in :meth:`cva.engine.nested.Levels._distributed`)."""
+    seconds for a task result of ``nbytes``: received from a worker (directly, as a local cluster's client does,
+    and through the scheduler, Dask's default for a remote one), checked finite and written as a chunk file (the
+    client's work per chunk in :meth:`cva.engine.nested.Levels._distributed`)."""
     from dask.distributed import wait
 
     from cva.io import rundir
@@ -131,11 +134,12 @@ def cluster_costs(client, nbytes, tasks=1000):
     per_task = (time.perf_counter() - t0) / tasks
     out = {"tasks": tasks, "seconds_per_task": per_task, "result_bytes": nbytes}
     for rep in range(2):                                                     # the second: pool, page cache warm
-        future = client.submit(_payload, nbytes, pure=False)
-        wait(future)                                                                 # computed on the worker
-        t0 = time.perf_counter()
-        values = future.result()
-        out["receive_seconds"] = time.perf_counter() - t0
+        for how, direct in (("receive_via_scheduler_seconds", False), ("receive_seconds", True)):
+            future = client.submit(_payload, nbytes, pure=False)
+            wait(future)                                                             # computed on the worker
+            t0 = time.perf_counter()
+            values = client.gather(future, direct=direct)
+            out[how] = time.perf_counter() - t0
         t0 = time.perf_counter()
         np.isfinite(values).all()
         out["check_seconds"] = time.perf_counter() - t0

@@ -118,6 +118,23 @@ def test_a_failed_chunk_write_on_the_client_is_raised(tmp_path, client, monkeypa
     assert len(received) <= nested.SAVE_THREADS           # stopped by the next result, not after all 8 chunks
 
 
+def test_a_local_cluster_started_by_the_run_gathers_directly_and_bitwise(tmp_path, monkeypatch):
+    """``cluster="local:2"`` starts its own cluster, whose client takes each result straight from its worker (not
+    through the scheduler: half the transfers), with the same bits as one process."""
+    seen = []
+    original = distributed.Client._gather
+
+    async def recorded(self, futures, *args, **kwargs):
+        seen.append(self.direct_to_workers)
+        return await original(self, futures, *args, **kwargs)
+
+    monkeypatch.setattr(distributed.Client, "_gather", recorded)
+    one = cva.run(_quickstart(tmp_path, "one", outer=64), chunk=16, progress=False)
+    two = cva.run(_quickstart(tmp_path, "two", outer=64), chunk=16, progress=False, cluster="local:2")
+    _same(one, two)
+    assert len(seen) >= 4 and all(d is True for d in seen)                     # the 4 chunks, each directly
+
+
 def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cluster, "TIMEOUT", "2s")
     cfg = _quickstart(tmp_path, "x")
