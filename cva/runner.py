@@ -101,7 +101,8 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             log(f"cluster: {n_workers} workers ({client.scheduler.address})")
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
         chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
-                    or chunk_size(plan, model.d, dtype.itemsize, xp, n_workers))
+                    or chunk_size(plan, model.d, dtype.itemsize, xp, n_workers,
+                                  None if executor is None or xp is np else executor.free_device_bytes()))
         manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
                     "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg),
                     "chunk_values": rundir.CHUNK_VALUES}

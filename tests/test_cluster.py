@@ -135,6 +135,36 @@ def test_a_local_cluster_started_by_the_run_gathers_directly_and_bitwise(tmp_pat
     assert len(seen) >= 4 and all(d is True for d in seen)                     # the 4 chunks, each directly
 
 
+def test_a_gpu_runs_chunks_fit_the_workers_least_free_gpu_memory(tmp_path, client, monkeypatch):
+    """On a cluster a GPU run's chunk is sized by the workers' GPUs (the least free memory among them), not by the
+    client's; workers that cannot tell (no GPU, no CuPy) are one line naming the backend."""
+    from cva.engine.plan import GPU_MEMORY_FRACTION, build_plan, bytes_per_outer_path, chunk_size
+
+    def without_cupy():                                     # a CPU worker (as in CI, wherever the test runs)
+        raise ModuleNotFoundError("No module named 'cupy'")
+
+    monkeypatch.setattr(cluster, "_free_device_bytes", without_cupy)
+    with pytest.raises(ClusterError, match=r"^backend gpu: the cluster's workers cannot give their free GPU memory "
+                                           r"\(No module named 'cupy'\)"):
+        cluster.Executor(client, load_config(_quickstart(tmp_path, "x")), "gpu").free_device_bytes()
+    free = {w: (i + 3) * 2**30 for i, w in enumerate(sorted(client.scheduler_info()["workers"]))}
+
+    def fake(dask_worker):                                  # (client.run passes the worker it runs on)
+        return free[dask_worker.address]
+
+    monkeypatch.setattr(cluster, "_free_device_bytes", fake)
+    cfg = load_config(_quickstart(tmp_path, "x", outer=1 << 20))
+    assert cluster.Executor(client, cfg, "gpu").free_device_bytes() == 3 * 2**30
+    plan = build_plan(cfg)
+    per_path = bytes_per_outer_path(plan, cfg.d, 4)
+    device = object()                                  # not numpy: a GPU run, whose own memory is not asked for
+    fits = int(GPU_MEMORY_FRACTION * 3 * 2**30 // per_path)                # the paths 3 GiB hold
+    n = chunk_size(plan, cfg.d, 4, device, 2, 3 * 2**30)
+    assert n <= fits and -(-cfg.simulation.outer_paths // n) == -(-cfg.simulation.outer_paths // fits)  # fewest
+    assert chunk_size(plan, cfg.d, 4, device, 2, 6 * 2**30) > 1.9 * n
+    assert chunk_size(plan, cfg.d, 4, device, 2, 2**50) == 1 << 19                      # a worker's share
+
+
 def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cluster, "TIMEOUT", "2s")
     cfg = _quickstart(tmp_path, "x")

@@ -96,6 +96,14 @@ def _setup(config_json, backend):
     return cfg, build_plan(cfg), BlackScholes.from_market(cfg.market), xp
 
 
+def _free_device_bytes():
+    """A worker's free GPU memory: the device's free bytes and those its CuPy memory pool holds unused."""
+    import cupy as cp
+
+    free, _ = cp.cuda.runtime.memGetInfo()
+    return int(free + cp.get_default_memory_pool().free_bytes())
+
+
 def chunk_task(config_json, backend, l0, Lc, inner_paths, splits, cond_sample, aggregate=None):
     """One chunk on a worker, :func:`cva.engine.nested.timed_chunk` (``l0`` the chunk's first outer key;
     ``aggregate`` reduces the cube on the worker, so only its result travels)."""
@@ -118,6 +126,16 @@ class Executor:
         return self.client.submit(chunk_task, self.config_json, self.backend, l0, Lc, inner_paths, splits,
                                   cond_sample, aggregate, key=f"cva-chunk-{self.run_key}-{li}-{i}-{l0}", pure=False,
                                   retries=self.RETRIES)
+
+    def free_device_bytes(self) -> int | None:
+        """The least free GPU memory of the workers (a GPU run's chunk fits each worker's GPU, not the client's);
+        None while the cluster has no workers yet (the client's own GPU then sizes the chunks)."""
+        try:
+            free = self.client.run(_free_device_bytes)
+        except Exception as exc:
+            raise ClusterError(f"backend gpu: the cluster's workers cannot give their free GPU memory ({exc}); "
+                               f"give them GPUs and the gpu extra, or use backend cpu") from None
+        return min(free.values()) if free else None
 
     def completed(self, futures):
         """(future, result) as the tasks finish."""

@@ -144,15 +144,18 @@ def describe_cost(cost) -> str:
             f"per outer path of a chunk, of the order of {when} on the {cost['backend']}")
 
 
-def chunk_size(plan, d, itemsize, xp, workers=None) -> int:
+def chunk_size(plan, d, itemsize, xp, workers=None, free_bytes=None) -> int:
     """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
-    one path rounds a basket's average differently, and its values would depend on the chunking); on a cluster
-    of ``workers``, at most a worker's share, so that every worker gets a chunk. (Not smaller: a chunk's cost
+    one path rounds a basket's average differently, and its values would depend on the chunking), on the GPU of
+    this process or, given ``free_bytes``, the least free memory of a cluster's GPUs; on a cluster of ``workers``,
+    at most a worker's share, so that every worker gets a chunk. (Not smaller: a chunk's cost
     has a part that does not shrink with its paths, the solver calls per contract and date, which dominates a
     desk of many Bermudan trades.) The outer paths are then shared equally among the chunks that number needs: a
     last chunk of a few paths would cost as many kernel launches as a full one."""
     if xp is np:
         budget = CPU_CHUNK_BYTES
+    elif free_bytes is not None:
+        budget = GPU_MEMORY_FRACTION * free_bytes
     else:
         free, _ = xp.cuda.runtime.memGetInfo()
         budget = GPU_MEMORY_FRACTION * (free + xp.get_default_memory_pool().free_bytes())
