@@ -97,11 +97,12 @@ def _setup(config_json, backend):
 
 
 def _free_device_bytes():
-    """A worker's free GPU memory: the device's free bytes and those its CuPy memory pool holds unused."""
+    """A worker's free GPU memory (:func:`cva.engine.plan.device_free_bytes`)."""
     import cupy as cp
 
-    free, _ = cp.cuda.runtime.memGetInfo()
-    return int(free + cp.get_default_memory_pool().free_bytes())
+    from cva.engine.plan import device_free_bytes
+
+    return device_free_bytes(cp)
 
 
 def chunk_task(config_json, backend, l0, Lc, inner_paths, splits, cond_sample, aggregate=None):

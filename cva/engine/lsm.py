@@ -386,7 +386,7 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
     cache = {} if cache is None else cache
     extra = []
     if basis is not None:
-        if cache.get("ones") is None or cache["ones"].shape != (B, M) or cache["ones"].dtype != Z.dtype:
+        if "ones" not in cache:                                      # (one call's slices: the same B, M, dtype)
             cache["ones"] = xp.ones((B, M), dtype=Z.dtype)
         extra = [cache["ones"]] + ([basis.payoff_column(h)] if basis.payoff_regressor else [])
     F = xp.stack([*extra, *Vs], axis=-1)                                           # (B, M, e)

@@ -144,6 +144,12 @@ def describe_cost(cost) -> str:
             f"per outer path of a chunk, of the order of {when} on the {cost['backend']}")
 
 
+def device_free_bytes(cp) -> int:
+    """The GPU's free memory for a chunk: the device's free bytes and those CuPy's memory pool holds unused."""
+    free, _ = cp.cuda.runtime.memGetInfo()
+    return int(free + cp.get_default_memory_pool().free_bytes())
+
+
 def chunk_size(plan, d, itemsize, xp, workers=None, free_bytes=None) -> int:
     """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
     one path rounds a basket's average differently, and its values would depend on the chunking), on the GPU of
@@ -154,11 +160,8 @@ def chunk_size(plan, d, itemsize, xp, workers=None, free_bytes=None) -> int:
     last chunk of a few paths would cost as many kernel launches as a full one."""
     if xp is np:
         budget = CPU_CHUNK_BYTES
-    elif free_bytes is not None:
-        budget = GPU_MEMORY_FRACTION * free_bytes
     else:
-        free, _ = xp.cuda.runtime.memGetInfo()
-        budget = GPU_MEMORY_FRACTION * (free + xp.get_default_memory_pool().free_bytes())
+        budget = GPU_MEMORY_FRACTION * (device_free_bytes(xp) if free_bytes is None else free_bytes)
     n = min(plan.outer_paths, budget // bytes_per_outer_path(plan, d, itemsize))
     if workers:
         n = min(n, -(-plan.outer_paths // workers))
