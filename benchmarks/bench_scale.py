@@ -31,6 +31,7 @@ import os
 import platform
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -40,18 +41,30 @@ from bench_desk import desk
 
 import cva
 from cva.engine.cluster import LOCAL_CLIENT_OPTIONS, LOCAL_CUDA_OPTIONS
+from cva.io import rundir
+
+
+def _chunk_bytes(out, level):
+    """The bytes of a level's first chunk of values (the largest; what one task sends back), from its file's
+    header."""
+    with zipfile.ZipFile(rundir.chunk_path(Path(out), level, 0)) as z, z.open("values.npy") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+    return int(np.prod(shape)) * np.dtype(dtype).itemsize
 
 
 def timed(cfg, cluster=None):
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        res = cva.run(cfg, out=tmp, progress=False, cluster=cluster, confirm=True)
+        res = cva.run(cfg, out=tmp, progress=False, cluster=cluster, confirm=True, keep_chunks=True)
         total = time.perf_counter() - t0
+        nbytes = _chunk_bytes(tmp, len(res.levels) - 1)
     s = res.summary
     return res, {"seconds": total, "engine_seconds": s["elapsed_seconds"], "chunk": s["chunk"],
                  "chunks": -(-s["outer_paths"] // s["chunk"]), "work_seconds": sum(lv.seconds for lv in res.levels),
                  "stage_seconds": s["runtime_seconds"], "device": s["device"], "cva": res.cva, "stderr": res.stderr,
-                 "task_result_bytes": int(res.levels[-1].sets[:, : s["chunk"]].nbytes), "outer_paths": s["outer_paths"]}
+                 "task_result_bytes": nbytes, "outer_paths": s["outer_paths"]}
 
 
 def main(argv=None):
@@ -105,8 +118,8 @@ def main(argv=None):
         with LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(max(args.gpus))), dashboard_address=None,
                               **LOCAL_CUDA_OPTIONS) as cluster, \
                 Client(cluster, **LOCAL_CLIENT_OPTIONS) as client:
-            result["cluster_costs"] = cluster_costs(client, max(r["task_result_bytes"] for r in result["rows"]
-                                                                if r["workers"]))
+            result["cluster_costs"] = cluster_costs(client, min(2**30, max(r["task_result_bytes"] for r in
+                                                                           result["rows"] if r["workers"])))
     write_results(args.json, result)
     return result
 

@@ -20,6 +20,7 @@ import numpy as np
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 COMPILE_SECONDS: dict[str, float] = {}
+_FUNCTIONS: dict = {}      # get_function's arguments -> kernel (building a Path per call cost ~60 us)
 _CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
            np.dtype(np.complex64): "cplx<float>", np.dtype(np.complex128): "cplx<double>",   # cplx: common.cuh
            np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",        # index types
@@ -58,8 +59,13 @@ def ctype(dtype) -> str:
 
 def get_function(file, template, dtype, *params, cuda_dir=CUDA_DIR):
     """The compiled kernel ``template<ctype(dtype), *params>`` from ``<cuda_dir>/<file>`` (default this
-    package's ``cuda/``; an application passes its own folder of sources)."""
+    package's ``cuda/``; an application passes its own folder of sources). A lookup costs about a microsecond:
+    it is made per launch (a backward step of the desk's Longstaff-Schwartz calls makes about ten)."""
     import cupy as cp
 
-    expr = f"{template}<{', '.join([ctype(dtype), *map(str, params)])}>"
-    return _function(file, expr, cp.cuda.Device().id, Path(cuda_dir))
+    key = (file, template, dtype, params, cuda_dir, cp.cuda.runtime.getDevice())
+    fn = _FUNCTIONS.get(key)
+    if fn is None:
+        expr = f"{template}<{', '.join([ctype(dtype), *map(str, params)])}>"
+        fn = _FUNCTIONS[key] = _function(file, expr, key[-1], Path(cuda_dir))
+    return fn

@@ -137,10 +137,9 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     if M % 2 ** splits or M // 2 ** splits < 1:
         raise ValueError(f"splits={splits} needs M a multiple of {2 ** splits}, got M = {M}")
     Vs = [V] * (splits + 1)                                                         # per depth: its parts' cashflows
-    share = (lambda e: e.mean(axis=1)) if exercised_per_set else (lambda e: e.mean())
-    exercised = [None] * N                                                          # on the device until the end
+    decisions = [None] * N                          # each date's (B, M) decisions, their shares taken at the end
     nonfinite = [None] * (N - 1)                                  # per date: a system had NaN/Inf normal equations
-    exercised[N - 1] = share(V > 0)
+    decisions[N - 1] = V > 0
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
     stop_dtype = np.uint8 if N <= 256 else np.int32
     stopping = [xp.full((B, M), N - 1, dtype=stop_dtype) for _ in Vs] if keep_stopping else []
@@ -183,35 +182,37 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
             As, bs = [A], [b]
         A_all, b_all = (As[0], bs[0]) if len(As) == 1 else (xp.concatenate(As), xp.concatenate(bs))
         clock("assembly")
-        if condition_sample:                               # (read with the exercise shares, at the end)
-            w = xp.linalg.eigvalsh(A_all[:min(condition_sample, B)])               # (k, p) ascending
-            low, high = xp.abs(w[:, 0]), xp.abs(w[:, -1])
-            conditions[j] = xp.where(low > 0, high / xp.where(low > 0, low, 1), xp.inf)   # singular: inf
+        if condition_sample:                               # (their eigenvalues at the end, in one call)
+            conditions[j] = A_all[:min(condition_sample, B)].copy()
             clock("conditions")
         # every depth's systems in one call; the input is checked at the end of the call, with the exercise
         # shares (on the GPU the solver then need not stop the host to read its flags)
         kw = {"memory": memory, "key": keys[j]} if memory is not None else {}
         beta, rep = lg.solve_small(A_all, b_all, return_report=True, assume_symmetric=True, check_finite=False,
                                    **solver, **kw)
-        nonfinite[j] = rep.nonfinite.any()
+        nonfinite[j] = rep.nonfinite                                              # (reduced at the end)
         betas = xp.split(beta, [B * (2 ** depth - 1) for depth in range(1, splits + 1)])   # per depth
         reports[j] = rep if splits == 0 else report_rows(rep, slice(0, B))     # the whole sets' systems
         clock("solve")
         if step is not None:                               # every depth, and the discount to date j - 1
-            exercised[j] = share(step(S[:, :, j], h, beta, j, disc[j - 1] if j else None))
+            decisions[j] = step(S[:, :, j], h, beta, j, disc[j - 1] if j else None)
         for depth, C in enumerate(_continuations(Sj, X, basis_fn, h, betas, fused) if step is None else ()):
             ex = (h > 0) & (h >= C)
-            exercised[j] = share(ex) if depth == 0 else exercised[j]
+            decisions[j] = ex if depth == 0 else decisions[j]
             Vs[depth] = xp.where(ex, h.astype(S.dtype, copy=False), Vs[depth])
             if keep_stopping:
                 stopping[depth] = xp.where(ex, stopping[depth].dtype.type(j), stopping[depth])
         coefficients[j] = betas[0]
         clock("exercise")
     value, stderr, V, parts = _at_t0(Vs, times[0] - t0, rate)
-    shares = xp.stack(exercised)
-    conds = [c.astype(np.float64) for c in conditions if c is not None]
+    counts = xp.stack(decisions).sum(axis=2, dtype=np.int64)          # (N, B); then (N,): two launches, each
+    shares = counts / M if exercised_per_set else counts.sum(axis=1) / (B * M)  # with many outputs or short sums
+    clock("exercise")
+    conds = _condition_numbers(xp, [c for c in conditions if c is not None])
+    clock("conditions")
     flags = _host(xp.concatenate([shares.ravel().astype(np.float64),                  # (one transfer)
-                                  xp.stack(nonfinite).astype(np.float64) if N > 1 else xp.zeros(0), *conds]))
+                                  xp.stack(nonfinite).any(axis=1).astype(np.float64) if N > 1 else xp.zeros(0),
+                                  *conds]))
     bad = flags[shares.size:shares.size + N - 1]
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
@@ -221,11 +222,21 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     at = shares.size + N - 1
     for j, c in enumerate(conditions):
         if c is not None:
-            conditions[j], at = flags[at:at + c.size], at + c.size
+            conditions[j], at = flags[at:at + len(c)], at + len(c)
     clock("exercise")
     clock.flush()
     return LSMResult(value=value, stderr=stderr, cashflow=V, coefficients=coefficients, reports=reports,
                      conditions=conditions, exercised=exercised, parts=parts, stopping=stopping)
+
+
+def _condition_numbers(xp, As):
+    """The 2-norm condition numbers (float64) of the sampled normal equations ``As`` [(k, p, p) per date], joined,
+    from one eigenvalue call (LAPACK / cuSOLVER; a call per date cost the host about 0.7 ms); inf where singular."""
+    if not As:
+        return []
+    w = xp.linalg.eigvalsh(As[0] if len(As) == 1 else xp.concatenate(As))        # (k, p) ascending
+    low, high = xp.abs(w[:, 0]), xp.abs(w[:, -1])
+    return [xp.where(low > 0, high / xp.where(low > 0, low, 1), xp.inf).astype(np.float64)]
 
 
 def _at_t0(Vs, dt, rate):
@@ -374,9 +385,10 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
     (:func:`linalg_gpu.strided.concat_gram`: Z read as it lies, sums in a fixed order, so the same bits whatever
     the chunk): A and b are its blocks, a coarser part's the mean of its finest parts' (the Gram matrix of a union
     of paths is the sum of its parts'); a part with no regression path gets A = I, b = 0. With ``joined`` the
-    depths' equations come as one batch in depth order, (B (2^(s+1) - 1), p, p) and (..., p): the solver's, built
-    with a few launches for all depths; ``cache`` (a dict per Longstaff-Schwartz call) keeps what does not change
-    with the date (the column of ones, the scale factors).
+    depths' equations come as one batch in depth order, (B (2^(s+1) - 1), p, p) and (..., p): the solver's;
+    ``cache`` (a dict per Longstaff-Schwartz call) keeps what does not change
+    with the date (the column of ones, the scale factors, psi's order). On the GPU the depths' equations are one
+    launch from the Gram matrix (``cuda/gram_equations.cu``; numpy twin :func:`gram_equations_twin`).
 
     ``Z`` is the regressors X (B, M, p), rows (X, V_0, ..., V_s); or, with an affine ``basis``, the slice S
     (B, M, d) of psi = (1, S / scale[, h / c]), rows (S, 1[, h / c], V_0, ..., V_s), without forming psi."""
@@ -394,39 +406,66 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
     v0 = d + len(extra)                                                            # V_0's column
     G = strided.concat_gram(_parts(Z, n), _parts(F, n), w, alpha=n / M, rows=v0)  # (B n, v0, d + e)
     idx = list(range(d)) if basis is None else [d, *range(d), *range(d + 1, v0)]   # psi's order: 1, x[, h / c]
-    Gp = G[:, :d] if basis is None else G[:, idx]                                  # (B n, p, d + e)
-    levels = [Gp.reshape((B * 2 ** k, n // 2 ** k) + Gp.shape[1:]).mean(axis=1) for k in range(s)] + [Gp]
-    p = len(idx)
-    Ab = xp.concatenate([lv[:, :, idx + [v0 + k]] for k, lv in enumerate(levels)]) if s else Gp[:, :, idx + [v0]]
-    A, b = Ab[:, :, :p], Ab[:, :, p]                                              # every depth's, in depth order
-    if basis is not None:
-        A, b = A * _scale_factors(xp, basis, d, len(extra), B, s, Z.dtype, cache, 2), \
-            b * _scale_factors(xp, basis, d, len(extra), B, s, Z.dtype, cache, 1)
-    if mask is not None:                        # psi's 1: A_00 is the part's weight, 0 where no path regresses
-        empty = A[:, 0, 0] == 0 if basis is not None else \
-            xp.concatenate([~_parts(mask, 2 ** k).any(axis=1) for k in range(s + 1)])
-        if xp is not np or empty.any():
-            A, b = _identity_where(xp, A, b, empty)
+    key = (d, len(extra), basis is None, Z.dtype.str)             # (one call's: the same for all its dates)
+    if basis is not None and ("scale", key) not in cache:          # psi's factors 1 / scale: (groups, p) rows
+        inv = basis.inverse_scale(d)                                               # (d,) or (groups, d)
+        rows = np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv, np.ones(inv.shape[:-1] + (len(extra) - 1,))],
+                              axis=-1)
+        cache["scale", key] = xp.asarray(rows.reshape(-1, len(idx)), dtype=Z.dtype)
+    scale = cache["scale", key] if basis is not None else None
+    empty_where_zero = mask is not None and basis is not None      # psi's 1: A_00 is the part's weight
+    if xp is np:
+        A, b = gram_equations_twin(G, idx, v0, s, B, scale, empty_where_zero)
+    else:
+        if ("idx", key) not in cache:
+            cache["idx", key] = xp.asarray(np.asarray(idx, dtype=np.int32))
+        A, b = _gram_equations_gpu(G, cache["idx", key], v0, s, B, scale, empty_where_zero)
+    if mask is not None and basis is None:                     # the formed regressors: the parts' own masks
+        A, b = _identity_where(xp, A, b, xp.concatenate([~_parts(mask, 2 ** k).any(axis=1) for k in range(s + 1)]))
     if joined:
         return A, b
     ends = np.cumsum([B * 2 ** k for k in range(s + 1)])
     return xp.split(A, ends[:-1].tolist()), xp.split(b, ends[:-1].tolist())
 
 
-def _scale_factors(xp, basis, d, e, B, s, dtype, cache, order):
-    """psi's factors 1 / scale of :func:`_gram_normal_equations`: for b (``order`` 1) the (p,) row, for A (2) its
-    outer product (p, p); with a scale per group of sets one row (or product) per system of every depth (the sets'
-    groups), (B (2^(s+1) - 1), p[, p]). Kept in ``cache``, which is one Longstaff-Schwartz call's (one basis)."""
-    key = ("scale", order, B, s, d, e, np.dtype(dtype).name)
-    if key not in cache:
-        inv = basis.inverse_scale(d)                                               # (d,) or (groups, d)
-        sc = xp.asarray(np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv, np.ones(inv.shape[:-1] + (e - 1,))],
-                                       axis=-1), dtype=dtype)
-        f = sc if order == 1 else (sc[:, None] * sc if sc.ndim == 1 else sc[:, :, None] * sc[:, None, :])
-        if sc.ndim == 2:                                                           # each system's group's
-            f = xp.concatenate([xp.repeat(f, B * 2 ** k // sc.shape[0], axis=0) for k in range(s + 1)])
-        cache[key] = f
-    return cache[key]
+def gram_equations_twin(G, idx, v0, s, B, scale=None, empty_where_zero=False):
+    """numpy twin of ``cuda/gram_equations.cu``: every depth's normal equations, (B (2^(s+1) - 1), p, p) and
+    (..., p) in depth order, from the Gram matrix G (B 2^s, v0, cols) of the finest parts' rows
+    (:func:`_gram_normal_equations`): psi's rows and columns ``idx`` of G, depth k's right-hand side its column
+    v0 + k, a coarser part's the mean of its finest parts' (the Gram matrix of a union of paths is the sum of its
+    parts'), times ``scale``'s factors (groups, p) of the system's group of sets (f_i f_j and f_i); with
+    ``empty_where_zero`` A = I, b = 0 where A_00 = 0."""
+    xp = get_array_module(G)
+    n, p = 2 ** s, len(idx)
+    Gp = G[:, idx]                                                                 # (B n, p, cols)
+    levels = [Gp.reshape((B * 2 ** k, n // 2 ** k) + Gp.shape[1:]).mean(axis=1) for k in range(s)] + [Gp]
+    Ab = xp.concatenate([lv[:, :, idx + [v0 + k]] for k, lv in enumerate(levels)])
+    A, b = Ab[:, :, :p], Ab[:, :, p]
+    if scale is not None:
+        f = xp.concatenate([xp.repeat(scale, B * 2 ** k // scale.shape[0], axis=0) for k in range(s + 1)])
+        A, b = A * (f[:, :, None] * f[:, None, :]), b * f
+    if empty_where_zero:
+        A, b = _identity_where(xp, A, b, A[:, 0, 0] == 0)
+    return A, b
+
+
+def _gram_equations_gpu(G, idx, v0, s, B, scale, empty_where_zero):
+    """``cuda/gram_equations.cu``: :func:`gram_equations_twin` in one launch (``idx`` int32 on the device)."""
+    import cupy as cp
+
+    from linalg_gpu._kernels import get_function, grid_blocks
+
+    p = idx.size
+    systems = B * (2 ** (s + 1) - 1)
+    A, b = cp.empty((systems, p, p), dtype=G.dtype), cp.empty((systems, p), dtype=G.dtype)
+    G = cp.ascontiguousarray(G)
+    if systems:
+        fn = get_function("gram_equations.cu", "gram_equations", G.dtype, cuda_dir=CUDA_DIR)
+        fn((grid_blocks(systems * p * (p + 1)),), (256,),
+           (G, np.int32(G.shape[1]), np.int32(G.shape[2]), idx, np.int32(p),
+            np.int32(v0), np.int32(s), np.uint64(0) if scale is None else scale,
+            np.int32(1 if scale is None else scale.shape[0]), np.int32(empty_where_zero), A, b, np.int64(B)))
+    return A, b
 
 
 def _fused_kernel(name, S, basis):

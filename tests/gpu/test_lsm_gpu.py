@@ -507,3 +507,43 @@ def test_affine_exercise_without_exercise_dates_kept_beyond_256_dates(rng):
                    n_exercise=N)
     got = longstaff_schwartz(S, put.exercise_times(), put.payoff_value, psi, 0.03)
     assert np.isfinite(float(got.value[0])) and got.exercised.shape == (N,)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d, extra, groups", [(1, 1, 1), (1, 2, 3), (3, 2, 1), (29, 1, 1), (2, 0, 1)])
+@pytest.mark.parametrize("splits", [0, 1, 2])
+def test_gram_equations_kernel_is_its_twin(rng, dtype, d, extra, groups, splits):
+    """cuda/gram_equations.cu against lsm.gram_equations_twin (the gathers, means, products and selections it
+    replaced): bitwise the same A and b of every depth, from a Gram matrix of the finest parts' rows, for psi's
+    order of an affine basis (extra > 0: the column of ones, and the payoff's) or formed regressors (extra 0, no
+    scale), one scale or one per group of sets; with the empty-part rule, some parts have A_00 = 0 (all their
+    finest parts weigh 0, or only some)."""
+    from cva.engine.lsm import _gram_equations_gpu, gram_equations_twin
+
+    B, n = 6, 2 ** splits
+    v0 = d + extra
+    cols = v0 + splits + 1
+    idx = list(range(d)) if extra == 0 else [d, *range(d), *range(d + 1, v0)]
+    G = rng.standard_normal((B * n, v0, cols)).astype(dtype)
+    if extra:
+        G[:, d, d] = rng.uniform(0.1, 1.0, B * n).astype(dtype)               # the parts' weights
+        G[:n, d, d] = 0                                                     # set 0: every finest part empty
+        G[n, d, d] = 0                                                      # set 1: its first finest part only
+    scale = None
+    if extra:
+        rows = rng.uniform(0.005, 0.02, (groups, len(idx))).astype(dtype)
+        rows[:, 0] = 1
+        scale = cp.asarray(rows)
+    zero = None
+    for empty in ([False, True] if extra else [False]):                      # (False first: zero is its A_00 = 0)
+        A, b = _gram_equations_gpu(cp.asarray(G), cp.asarray(np.asarray(idx, dtype=np.int32)), v0, splits, B, scale,
+                                   empty)
+        A_t, b_t = gram_equations_twin(G, idx, v0, splits, B, None if scale is None else scale.get(), empty)
+        assert A.shape == A_t.shape == (B * (2 * n - 1), len(idx), len(idx)) and b.shape == b_t.shape
+        np.testing.assert_array_equal(A.get(), A_t)
+        np.testing.assert_array_equal(b.get(), b_t)
+        zero = A_t[:, 0, 0] == 0 if zero is None else zero        # set 0's 2n - 1 parts, set 1's first finest
+        assert zero.sum() == (2 * n if extra else 0)
+        if empty:
+            np.testing.assert_array_equal(A_t[zero], np.broadcast_to(np.eye(len(idx)), A_t[zero].shape))
+            assert not b_t[zero].any() and (A_t[~zero][:, 0, 0] != 0).all()
