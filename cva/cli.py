@@ -209,16 +209,22 @@ def _cmd_validate(args) -> int:
         from cva.backend import resolve_backend
         from cva.engine.plan import describe_cost, run_cost
 
-        xp, _ = resolve_backend(config.run.backend)
-        line += f"; a run: {describe_cost(run_cost(config, 'cpu' if xp.__name__ == 'numpy' else 'gpu'))}"
+        gpu = config.run.backend != "cpu" if config.run.cluster is not None else \
+            resolve_backend(config.run.backend)[0].__name__ != "numpy"                 # (a cluster's: its workers')
+        line += f"; a run: {describe_cost(run_cost(config, 'gpu' if gpu else 'cpu'))}"
     print(line)
     return EXIT_OK
 
 
 def _check_backend(backend, args, config):
-    from cva.backend import resolve_backend  # imported only when used: it pulls in the engine
+    """A backend this machine cannot run is a usage error; a cluster's (``run.cluster``) is its workers' to run."""
+    from cva.backend import BACKENDS, resolve_backend  # imported only when used: it pulls in the engine
 
     try:
+        if config.run.cluster is not None and args.command in ("run", "validate"):
+            if backend not in BACKENDS:
+                raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+            return
         resolve_backend(backend)                                   # no GPU for `gpu` is the user's mistake
     except ValueError as exc:
         where = f"--backend {backend}" if getattr(args, "backend", None) else f"{args.config}: run.backend"

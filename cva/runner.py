@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cva.backend import resolve_backend
-from cva.engine.cluster import Executor, connected, workers
+from cva.backend import BACKENDS, resolve_backend
+from cva.engine.cluster import Executor, connected, workers, workers_backend
 from cva.engine.nested import STAGES, DateStats, Levels, sample_levels
 from cva.engine.plan import (
     COST_LIMIT_SECONDS,
@@ -73,19 +73,22 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     cfg = load_config(config)
     entries = cfg.book()
-    xp, device = resolve_backend(backend or cfg.run.backend)
+    name = backend or cfg.run.backend
+    spec = cluster if cluster is not None else cfg.run.cluster
+    if spec is None:
+        xp, device = resolve_backend(name)
+        kind = "cpu" if xp is np else "gpu"
+    elif name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    else:            # the workers resolve it (below); the client's arrays are numpy's, and it needs no GPU
+        xp, device, kind = np, None, "cpu" if name == "cpu" else "gpu"    # (auto: checked again with the workers')
     model = BlackScholes.from_market(cfg.market)
     credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in entries}
     plan = build_plan(cfg)
     dtype = np.dtype(cfg.run.dtype)
-    if xp is not np:
-        _check_gpu_regressions(cfg, plan)
     if chunk is not None and int(chunk) < 2:
         raise ValueError(f"chunk must be >= 2, got {chunk}")
-    cost = run_cost(cfg, "cpu" if xp is np else "gpu")
-    if cost["seconds"] > COST_LIMIT_SECONDS and not confirm:
-        raise ValueError(f"the run would take {describe_cost(cost)}, over the limit of {COST_LIMIT_SECONDS / 3600:g} "
-                         f"h: confirm with --yes (confirm=True), or lower simulation.outer_paths or inner_paths")
+    cost = _check_run(cfg, plan, kind, confirm)
     if not write and (resume or keep_chunks):
         raise ValueError("write=False keeps no run directory: it cannot resume or keep chunks")
     out_dir = Path(out or cfg.output.dir or f"reports/{cfg.run.name}") if write else None
@@ -93,18 +96,22 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         rundir.read_manifest(out_dir / rundir.MANIFEST)                      # the one-line "does not exist"
     if write:
         out_dir.mkdir(parents=True, exist_ok=True)
-    spec = cluster if cluster is not None else cfg.run.cluster
     with rundir.locked(out_dir) if write else contextlib.nullcontext(), connected(spec) as client:
         executor, n_workers = None, None
         if client is not None:
-            executor, n_workers = Executor(client, cfg, "cpu" if xp is np else "gpu"), workers(client)
+            found, device = workers_backend(client, name)
+            if found != kind:                                                # auto on workers without GPUs
+                kind = found
+                cost = _check_run(cfg, plan, kind, confirm)
+            executor, n_workers = Executor(client, cfg, kind), workers(client)
             log(f"cluster: {n_workers} workers ({client.scheduler.address})")
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
+        on_workers = executor is not None and kind == "gpu"               # (sized by the workers' GPUs)
         chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
-                    or chunk_size(plan, model.d, dtype.itemsize, xp, n_workers,
-                                  None if executor is None or xp is np else executor.free_device_bytes()))
+                    or chunk_size(plan, model.d, dtype.itemsize, None if on_workers else np if kind == "cpu" else xp,
+                                  n_workers, executor.free_device_bytes() if on_workers else None))
         manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
-                    "backend": "cpu" if xp is np else "gpu", "dtype": dtype.name, "config": rundir.hashed_config(cfg),
+                    "backend": kind, "dtype": dtype.name, "config": rundir.hashed_config(cfg),
                     "chunk_values": rundir.CHUNK_VALUES}
         if resume:
             rundir.check_resumable(out_dir, old, manifest)
@@ -163,7 +170,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                     sens = sens["counterparty"]
             if cfg.is_desk:
                 log(f"pricing the {len(plan.contracts)} trades at t = 0 ({cfg.simulation.pricing_paths} paths each)")
-                prices = price(cfg, backend="cpu" if xp is np else "gpu")
+                prices = price(cfg, backend=kind) if executor is None else executor.price()
                 lv.finish()                                                     # the chunk files, before the summary
                 result = desk_report.finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir,
                                             device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, own=own,
@@ -179,6 +186,18 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             if write and not keep_chunks:
                 rundir.remove_chunks(out_dir)
     return result
+
+
+def _check_run(cfg, plan, kind, confirm) -> dict:
+    """The run's cost (:func:`run_cost`) on ``kind`` ("cpu" or "gpu"): a ValueError where it is over the limit and not
+    confirmed, or where a GPU regression has more regressors than the GPU solver takes."""
+    if kind == "gpu":
+        _check_gpu_regressions(cfg, plan)
+    cost = run_cost(cfg, kind)
+    if cost["seconds"] > COST_LIMIT_SECONDS and not confirm:
+        raise ValueError(f"the run would take {describe_cost(cost)}, over the limit of {COST_LIMIT_SECONDS / 3600:g} "
+                         f"h: confirm with --yes (confirm=True), or lower simulation.outer_paths or inner_paths")
+    return cost
 
 
 def _check_gpu_regressions(cfg, plan) -> None:

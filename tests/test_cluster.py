@@ -165,6 +165,54 @@ def test_a_gpu_runs_chunks_fit_the_workers_least_free_gpu_memory(tmp_path, clien
     assert chunk_size(plan, cfg.d, 4, device, 2, 2**50) == 1 << 19                      # a worker's share
 
 
+def _small_desk(tmp_path, name, backend):
+    cfg = load_config("configs/desk.yaml").to_dict()
+    cfg["run"]["backend"] = backend
+    cfg["simulation"].update(outer_paths=64, inner_paths=16, dates=4, pricing_paths=1000)
+    return {**cfg, "output": {"dir": str(tmp_path / name)}}
+
+
+def test_a_gpu_cluster_is_driven_by_a_client_without_a_gpu(tmp_path, monkeypatch):
+    """The workers resolve the backend, each on its own machine, and price the trades at t = 0: a client without a
+    GPU (a login node) runs a desk on a cluster of GPU workers, stood in for here by workers whose backend gpu (and
+    auto) computes with numpy; the result is bitwise the CPU run's in one process, the client never resolved a
+    backend, and workers that disagree, or cannot run the backend, are one line naming it."""
+    def stand_in_gpu():                                        # on a worker: "gpu" and "auto" computed by numpy
+        import cva.backend
+        import cva.engine.pricing
+
+        real = cva.backend.resolve_backend
+
+        def resolve(name="auto"):
+            return (np, "gpu (stand-in)") if name in ("gpu", "auto") else real(name)
+
+        cva.backend.resolve_backend = cva.engine.pricing.resolve_backend = resolve
+
+    def no_gpu_here(name="auto"):
+        raise AssertionError(f"the client resolved backend {name!r}")
+
+    one = cva.run(_small_desk(tmp_path, "one", "cpu"), chunk=32, progress=False)
+    monkeypatch.setattr(cva.runner, "resolve_backend", no_gpu_here)
+    monkeypatch.setattr(cluster, "_free_device_bytes", lambda: 64 * 2**30)          # (asked of the workers)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+            distributed.Client(lc) as c:
+        with pytest.raises(ClusterError, match=r"^backend gpu: a worker of the cluster cannot run it \(backend 'gpu' "
+                                               r"asked for, but CuPy finds no CUDA device"):
+            cva.run(_small_desk(tmp_path, "none", "gpu"), chunk=32, progress=False, cluster=c)
+        first = sorted(c.scheduler_info()["workers"])[0]
+        c.run(stand_in_gpu, workers=[first])
+        with pytest.raises(ClusterError, match=r"^backend auto: the cluster's workers disagree \(cpu \(numpy\) "
+                                               r".*, gpu \(stand-in\)\): give every worker a GPU"):
+            cva.run(_small_desk(tmp_path, "mixed", "auto"), chunk=32, progress=False, cluster=c)
+        c.run(stand_in_gpu)
+        for backend in ("gpu", "auto"):
+            two = cva.run(_small_desk(tmp_path, backend, backend), chunk=32, progress=False, cluster=c)
+            assert two.cva == one.cva and two.stderr == one.stderr
+            assert two.summary["counterparties"] == one.summary["counterparties"]
+            assert two.summary["trades"] == one.summary["trades"]                   # the t = 0 prices among them
+            assert two.summary["backend"] == "gpu" and two.summary["device"] == "gpu (stand-in) on 2 workers"
+
+
 def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cluster, "TIMEOUT", "2s")
     cfg = _quickstart(tmp_path, "x")
@@ -175,6 +223,29 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
     assert main(["run", str(path), "--out", str(tmp_path / "y")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err[0]
+
+
+def test_the_command_line_leaves_a_clusters_backend_to_its_workers(tmp_path, capsys, monkeypatch):
+    """On a machine without a GPU, ``cva run`` of a gpu config refuses at once (one line), but with ``run.cluster``
+    it goes on to the cluster, whose workers resolve the backend (here the scheduler is unreachable: its one line);
+    ``cva validate`` of such a config is ok and costs it on GPUs."""
+    import cva.backend
+
+    monkeypatch.setattr(cluster, "TIMEOUT", "2s")
+    monkeypatch.setattr(cva.backend, "cupy_available", lambda: False)          # no GPU here, wherever the test runs
+    cfg = _quickstart(tmp_path, "x")
+    cfg["run"]["backend"] = "gpu"
+    alone, on_cluster = tmp_path / "alone.yaml", tmp_path / "cluster.yaml"
+    alone.write_text(yaml.safe_dump(cfg))
+    on_cluster.write_text(yaml.safe_dump({**cfg, "run": {**cfg["run"], "cluster": "tcp://127.0.0.1:9"}}))
+    assert main(["run", str(alone), "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run.backend: backend 'gpu' asked for, but CuPy finds no CUDA device" in err[0]
+    assert main(["run", str(on_cluster), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err[0]
+    assert main(["validate", str(on_cluster)]) == 0
+    assert "ok" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("value", ["locale", "local:0", "http://x", 3])

@@ -4,7 +4,9 @@ the task that computes one chunk on a worker, the same function as in one proces
 
 ``local`` starts a ``LocalCluster`` of worker processes (one thread each; ``local:N`` for N workers),
 ``local-cuda`` a ``dask_cuda.LocalCUDACluster`` (one worker per visible GPU, pinned), and ``tcp://HOST:PORT``
-connects to a running scheduler (started by ``dask-jobqueue`` on Slurm, by Dask-Kubernetes, or by hand).
+connects to a running scheduler (started by ``dask-jobqueue`` on Slurm, by Dask-Kubernetes, or by hand). The
+workers resolve the run's backend on their own machines (:func:`workers_backend`) and price a desk's trades at
+t = 0 (:func:`price_task`), so the client needs no GPU.
 """
 
 from __future__ import annotations
@@ -96,6 +98,34 @@ def _setup(config_json, backend):
     return cfg, build_plan(cfg), BlackScholes.from_market(cfg.market), xp
 
 
+def _worker_backend(name):
+    """A worker's description of backend ``name`` (:func:`cva.backend.resolve_backend`, on the worker)."""
+    from cva.backend import resolve_backend
+
+    return resolve_backend(name)[1]
+
+
+def workers_backend(client, name):
+    """("cpu" or "gpu", description) of backend ``name`` as the cluster's workers resolve it, each on its own
+    machine: the client needs no GPU to drive a GPU cluster, and ``auto`` means the workers' GPUs if they have
+    them. One line (:class:`ClusterError`) where a worker cannot run it, where they disagree, or where the cluster
+    has no workers yet (a ``cpu`` run does not ask: its tasks wait for workers)."""
+    if name == "cpu":
+        return "cpu", "cpu (numpy) on the cluster's workers"
+    try:
+        found = client.run(_worker_backend, name)
+    except Exception as exc:
+        raise ClusterError(f"backend {name}: a worker of the cluster cannot run it ({exc})") from None
+    if not found:
+        raise ClusterError(f"backend {name}: the cluster has no workers yet to run it (its chunks are sized by "
+                           f"their GPUs): start them first, or use backend cpu")
+    kinds = {d.split(" ", 1)[0] for d in found.values()}
+    if len(kinds) > 1:
+        raise ClusterError(f"backend {name}: the cluster's workers disagree ({', '.join(sorted(set(found.values())))}"
+                           f"): give every worker a GPU, or use backend cpu")
+    return kinds.pop(), f"{'; '.join(sorted(set(found.values())))} on {len(found)} workers"
+
+
 def _free_device_bytes():
     """A worker's free GPU memory (:func:`cva.engine.plan.device_free_bytes`)."""
     import cupy as cp
@@ -103,6 +133,13 @@ def _free_device_bytes():
     from cva.engine.plan import device_free_bytes
 
     return device_free_bytes(cp)
+
+
+def price_task(config_json, backend):
+    """Each contract's t = 0 price on a worker (:func:`cva.engine.pricing.price`; a desk's report has them)."""
+    from cva.engine.pricing import price
+
+    return price(json.loads(config_json), backend=backend)
 
 
 def chunk_task(config_json, backend, l0, Lc, inner_paths, splits, cond_sample, aggregate=None):
@@ -127,6 +164,11 @@ class Executor:
         return self.client.submit(chunk_task, self.config_json, self.backend, l0, Lc, inner_paths, splits,
                                   cond_sample, aggregate, key=f"cva-chunk-{self.run_key}-{li}-{i}-{l0}", pure=False,
                                   retries=self.RETRIES)
+
+    def price(self):
+        """The t = 0 prices (:func:`price_task`) on a worker: the client may have no GPU."""
+        return self.client.submit(price_task, self.config_json, self.backend, key=f"cva-price-{self.run_key}",
+                                  pure=False, retries=self.RETRIES).result()
 
     def free_device_bytes(self) -> int | None:
         """The least free GPU memory of the workers (a GPU run's chunk fits each worker's GPU, not the client's);

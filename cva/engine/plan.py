@@ -152,8 +152,9 @@ def device_free_bytes(cp) -> int:
 
 def chunk_size(plan, d, itemsize, xp, workers=None, free_bytes=None) -> int:
     """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
-    one path rounds a basket's average differently, and its values would depend on the chunking), on the GPU of
-    this process or, given ``free_bytes``, the least free memory of a cluster's GPUs; on a cluster of ``workers``,
+    one path rounds a basket's average differently, and its values would depend on the chunking): with ``xp``
+    numpy a CPU's budget, else the GPU of this process (``xp`` cupy) or, given ``free_bytes`` (``xp`` may then be
+    None), the least free memory of a cluster's GPUs; on a cluster of ``workers``,
     at most a worker's share, so that every worker gets a chunk. (Not smaller: a chunk's cost
     has a part that does not shrink with its paths, the solver calls per contract and date, which dominates a
     desk of many Bermudan trades.) The outer paths are then shared equally among the chunks that number needs: a

@@ -409,7 +409,8 @@ class Run(_Section):
         0, ge=0, lt=2**32, description="the random streams' key: the same seed gives the same numbers on any chunking "
                                        "and device")
     backend: Literal["auto", "cpu", "gpu"] = Field(
-        "auto", description="auto: the GPU when CuPy finds one, else the CPU")
+        "auto", description="auto: the GPU when CuPy finds one, else the CPU (on a cluster: the workers' GPUs when "
+                            "they have them)")
     dtype: Literal["float32", "float64"] = Field(
         "float64", description="the paths' precision (the regressions' is regression.dtype)")
     cluster: Annotated[str, BeforeValidator(_cluster)] | None = Field(
