@@ -356,6 +356,44 @@ def test_non_finite_regression_input_is_one_error_naming_the_date(rng, col, date
     assert "\n" not in str(err.value)
 
 
+def test_deferred_calls_read_their_flags_at_once(rng):
+    """Calls with ``deferred`` leave their exercise shares, condition numbers and non-finite checks to one read
+    (Deferred.read) and book their stage times on the caller's clock: the same shares and condition numbers, bit for
+    bit, as calls that read them themselves; the first call with non-finite normal equations raises at the read,
+    naming its date, and a later bad call does not mask it."""
+    from cva.engine.lsm import Deferred, StageClock
+
+    model = BlackScholes(spot=[36.0], vol=0.2, dividend=0.0, rate=0.06, correlation=0.0)
+    put = Contract(style="bermudan", payoff="put", underlying="asset", asset=0, strike=40.0, maturity=1.0,
+                   n_exercise=4)
+    times = put.exercise_times()
+    psi = basis.make_basis("linear", model.spot)
+    paths = [model.paths(model.spot, np.concatenate([[0.0], times]), rng.standard_normal((2000, 4, 1)))
+             .reshape(4, 500, 4, 1) for _ in range(2)]
+    alone = [longstaff_schwartz(S, times, put.payoff_value, psi, model.rate, condition_sample=3) for S in paths]
+    timings = {}
+    deferred = Deferred(StageClock(np, timings))
+    later = [longstaff_schwartz(S, times, put.payoff_value, psi, model.rate, condition_sample=3, deferred=deferred)
+             for S in paths]
+    assert all(r.exercised is None for r in later)                                   # nothing read yet
+    assert timings["solve"] > 0 and timings["assembly"] > 0                  # on the caller's clock (the CPU's: now)
+    deferred.read()
+    assert deferred.calls == []
+    for a, b in zip(alone, later, strict=True):
+        np.testing.assert_array_equal(a.exercised, b.exercised)
+        np.testing.assert_array_equal(a.value, b.value)
+        for ca, cb in zip(a.conditions, b.conditions, strict=True):
+            np.testing.assert_array_equal(ca, cb)
+            assert cb.shape == (3,) and np.isfinite(cb).all()
+    bad = [S.copy() for S in paths]
+    bad[0][0, 7, 1, 0] = np.nan                                                     # the first call's date 0.5
+    bad[1][0, 7, 0, 0] = np.nan                                                     # the second's 0.25
+    for S in bad:
+        longstaff_schwartz(S, times, put.payoff_value, psi, model.rate, deferred=deferred)   # (no error yet)
+    with pytest.raises(ValueError, match=r"exercise date 0.5 has non-finite normal equations"):
+        deferred.read()
+
+
 @pytest.mark.parametrize("payoff_regressor", [False, True])
 def test_affine_exercise_twin_exercises_where_the_payoff_beats_the_fit(rng, payoff_regressor):
     """lsm.affine_exercise_twin (the numpy twin of cuda/affine_exercise.cu) against the formed basis: per depth,

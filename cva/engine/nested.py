@@ -33,7 +33,7 @@ import linalg_gpu as lg
 from cva.engine import basis, diagnostics
 from cva.engine.diagnostics import DESIGN_SAMPLE, DESIGN_STACKS
 from cva.engine.estimators import Level, allocate, combine, level_table
-from cva.engine.lsm import StageClock, longstaff_schwartz, stopped_cashflows
+from cva.engine.lsm import Deferred, StageClock, longstaff_schwartz, stopped_cashflows
 from cva.engine.plan import bytes_per_outer_path, exercise_code_dtype, level_specs
 from cva.instruments.analytic import black_scholes_columns
 from cva.instruments.products import stacked_payoff
@@ -60,15 +60,14 @@ class DateStats:
         self.cond = [[] for _ in range(G)]
         self.design = [[] for _ in range(G)]          # (effective rank, p, kappa^2) of sampled design matrices
         self._pending = []                             # (g, systems, regressions, reduced report on the device)
+        self._conditions = []                          # (g, a call's sampled condition numbers per date)
 
     def add(self, g, result, contracts=1):
         """A Longstaff-Schwartz result of ``contracts`` contracts stacked in its batch: its reports reduced where
         they are (counts per method, worst finite residual, discarded eigenvalues, failures) and kept there, read
         with the others' in one transfer by :meth:`to_json` (a read per call would stop the GPU's queue)."""
         reps = [rep for rep in result.reports if rep is not None]
-        for cond in result.conditions:
-            if cond is not None:
-                self.cond[g].extend(np.asarray(cond, dtype=float).tolist())
+        self._conditions.append((g, result.conditions))     # (filled by the call's read: lsm.Deferred)
         if not reps:
             return
         xp = get_array_module(reps[0].residual)
@@ -84,7 +83,13 @@ class DateStats:
         self._pending.append((g, int(res.size), contracts * len(reps), xp.concatenate([counts, tail])))
 
     def _collect(self):
-        """The reductions kept by :meth:`add`, read in one transfer into the rows."""
+        """The reductions kept by :meth:`add`, read in one transfer into the rows, and the calls' condition numbers
+        (read with their calls)."""
+        for g, conditions in self._conditions:
+            for cond in conditions:
+                if cond is not None:
+                    self.cond[g].extend(np.asarray(cond, dtype=float).tolist())
+        self._conditions = []
         if not self._pending:
             return
         xp = get_array_module(self._pending[0][3])
@@ -211,6 +216,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
     V = xp.zeros((nv, Lc, len(plan.contracts), K), dtype=np.float64)                   # the value cube
     alive = xp.ones((nv, Lc, len(plan.contracts)), dtype=bool)                       # not exercised, not ended
     memory = lg.SolverMemory(per_system=True)
+    deferred = Deferred(clock)                  # the LSM calls' flags and stage times, read once at the chunk's end
     designs = []                                                       # (grid date, regression date, X) sampled
     for g in range(G):
         t, k = plan.grid[g], exposure_pos[g]
@@ -278,8 +284,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
                                              solver=solver, itm_only=sim.itm_only, memory=memory, timings=timings,
                                              keys=[f"{key}:r{int(j)}" for j in later], regression_dtype=rdt,
                                              condition_sample=max(0, min(Lc, cond_sample)), splits=splits,
-                                             keep_stopping=keep is not None)
-                    clock.skip()                                                       # booked by the LSM
+                                             keep_stopping=keep is not None, deferred=deferred)
                     stats.add(g, res, len(members))
                     if keep is not None:
                         keep.add(members, g, res.stopping, Lc, len(later))
@@ -320,6 +325,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
             alive[:, :, [ci for cb, _ in exercised for ci in cb]] &= ~xp.concatenate([eb for _, eb in exercised],
                                                                                       axis=-1)
         clock("exercise")
+    deferred.read()
     if designs:                                                        # analysed together: one stacked call
         rows = diagnostics.analyse([X for _, _, X in designs], cfg.regression.cond_max)
         for (g, j, _), r in zip(designs, rows, strict=True):
