@@ -2,8 +2,10 @@
 put (Longstaff & Schwartz 2001, Table 1 cases), Andersen & Broadie's 5-asset max call, and
 per-set least squares by LAPACK for the batched regressions."""
 
+import gc
 import math
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -376,6 +378,9 @@ def test_deferred_calls_read_their_flags_at_once(rng):
     later = [longstaff_schwartz(S, times, put.payoff_value, psi, model.rate, condition_sample=3, deferred=deferred)
              for S in paths]
     assert all(r.exercised is None for r in later)                                   # nothing read yet
+    dropped = weakref.ref(longstaff_schwartz(paths[0], times, put.payoff_value, psi, model.rate, deferred=deferred))
+    gc.collect()
+    assert dropped() is None                     # a deferred call keeps no result alive (its cashflows, reports)
     assert timings["solve"] > 0 and timings["assembly"] > 0                  # on the caller's clock (the CPU's: now)
     deferred.read()
     assert deferred.calls == []

@@ -22,6 +22,7 @@ model nor product: it takes the paths and two functions.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -216,8 +217,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     clock("conditions")
     result = LSMResult(value=value, stderr=stderr, cashflow=V, coefficients=coefficients, reports=reports,
                        conditions=conditions, parts=parts, stopping=stopping)
-    call = (result, shares, xp.stack(nonfinite).any(axis=1) if N > 1 else xp.zeros(0, dtype=bool), conds, times,
-            rdt)
+    call = (weakref.ref(result), conditions, shares, xp.stack(nonfinite).any(axis=1) if N > 1 else
+            xp.zeros(0, dtype=bool), conds, times, rdt)       # (not the result: its cashflows and reports stay free)
     if deferred is not None:
         deferred.calls.append(call)
         return result
@@ -242,25 +243,28 @@ class Deferred:
         with non-finite normal equations raises its ValueError."""
         calls, self.calls = self.calls, []
         if calls:
-            _read_flags(get_array_module(calls[0][1]), calls)
+            _read_flags(get_array_module(calls[0][2]), calls)
 
 
 def _read_flags(xp, calls):
-    """The read of the calls [(result, shares, non-finite per date, condition numbers, times, dtype)]."""
-    flags = _host(xp.concatenate([x.ravel().astype(np.float64) for _, shares, bad, conds, _, _ in calls
+    """The read of the calls [(their result (weakly), its conditions, shares, non-finite per date, condition
+    numbers, times, dtype)]."""
+    flags = _host(xp.concatenate([x.ravel().astype(np.float64) for _, _, shares, bad, conds, _, _ in calls
                                   for x in (shares, bad, *conds)]))
     at = 0
-    for result, shares, bad, _, times, rdt in calls:
+    for ref, conditions, shares, bad, _, times, rdt in calls:
         nonfinite = flags[at + shares.size:at + shares.size + bad.size]
         if nonfinite.any():
             j = int(np.flatnonzero(nonfinite)[0])
             raise ValueError(f"longstaff_schwartz: the regression at exercise date {times[j]:g} has non-finite "
                              f"normal equations (NaN or Inf in the paths or payoffs, or an overflow of {rdt})")
-        result.exercised = flags[at:at + shares.size].reshape(shares.shape)
+        result = ref()
+        if result is not None:
+            result.exercised = flags[at:at + shares.size].reshape(shares.shape)
         at += shares.size + bad.size
-        for j, c in enumerate(result.conditions):
+        for j, c in enumerate(conditions):
             if c is not None:
-                result.conditions[j], at = flags[at:at + len(c)], at + len(c)
+                conditions[j], at = flags[at:at + len(c)], at + len(c)
 
 
 def _condition_numbers(xp, As):
