@@ -213,6 +213,28 @@ def test_a_gpu_cluster_is_driven_by_a_client_without_a_gpu(tmp_path, monkeypatch
             assert two.summary["backend"] == "gpu" and two.summary["device"] == "gpu (stand-in) on 2 workers"
 
 
+def test_non_finite_values_are_found_where_they_are_computed(tmp_path, client):
+    """A chunk's values are checked for NaN and Inf where they were computed (in the process, or on the worker
+    before they travel: the client does not scan them), and either way the run stops with one error naming the
+    level and the outer paths."""
+    from cva.engine.plan import build_plan
+    from cva.market.model import BlackScholes
+
+    cfg = load_config(_quickstart(tmp_path, "x", outer=64))
+    plan, model = build_plan(cfg), BlackScholes.from_market(cfg.market)
+
+    def overflowing(V, revalue):                                   # every value non-finite (0 x inf: NaN)
+        return V * np.inf
+
+    for executor in (None, cluster.Executor(client, cfg, "cpu")):
+        lv = nested.Levels(cfg, plan, model, np, None, {"config_hash": "x"}, 8, nested.DateStats(len(plan.grid)), {},
+                           lambda line: None, None, False, executor=executor, aggregate=overflowing)
+        with pytest.raises(ValueError, match=r"^the netting-set values are not finite \(level 0, outer paths 0..7\)"):
+            lv.ensure(0, 16)
+    values, _, _, _, finite = nested.timed_chunk(cfg, plan, model, np, 0, 4, 32, 2, 0, None)
+    assert finite is True and np.isfinite(values).all()
+
+
 def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cluster, "TIMEOUT", "2s")
     cfg = _quickstart(tmp_path, "x")

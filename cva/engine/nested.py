@@ -155,7 +155,7 @@ class ExerciseTimes:
 
 
 def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=None, splits=0, cond_sample=0,
-                 aggregate=None):
+                 aggregate=None, check_finite=False):
     """The value cube on outer paths l0 .. l0 + Lc - 1 (keys of :mod:`cva.market.rng`; host, float64): the array
     (2^(splits + 1) - 1, Lc, C, K) of each contract's value (one unit, 0 once exercised or matured) at each
     exposure date, from ``inner_paths`` inner paths (default the plan's), then from each half of the same
@@ -166,7 +166,8 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     and the aggregate is returned instead; ``revalue(plan, model, trades)`` gives the aggregate the cube of the same
     chunk for other contracts (``trades``, their indices in ``plan``) or another market (the bumped markets of
     :mod:`cva.xva.sensitivities`), with the base market's inner exercise dates (:class:`ExerciseTimes`) where
-    ``sensitivities.exercise_policy`` is ``base``.
+    ``sensitivities.exercise_policy`` is ``base``. With ``check_finite``, (values, whether all are finite), checked
+    before they leave the device.
 
     The solver memory is per system (``SolverMemory(per_system=True)``) and keyed by contract and
     regression date: each outer path's regression at exercise date t_j starts, at the next
@@ -190,10 +191,11 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
 
         V = aggregate(V, revalue)
         clock("aggregation")
+    finite = bool(xp.isfinite(V).all()) if check_finite else None          # (where computed: a GPU's is quick)
     V = _host(V)
     clock("io")                                                                        # (to the host)
     clock.flush()
-    return V
+    return (V, finite) if check_finite else V
 
 
 def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, keep=None, frozen=None):
@@ -345,12 +347,13 @@ def outer_paths(cfg, plan, model, key0, n, xp=np):
 
 def timed_chunk(cfg, plan, model, xp, key0, Lc, inner_paths, splits, cond_sample, aggregate=None):
     """:func:`chunk_values` of the outer keys key0 .. key0 + Lc - 1 with its own statistics and stage times:
-    (values, stats as JSON data, timings, seconds), as a run keeps a chunk (here or on a cluster worker)."""
+    (values, stats as JSON data, timings, seconds, whether every value is finite), as a run keeps a chunk (here or
+    on a cluster worker: the check is the worker's, not the client's)."""
     t0 = time.perf_counter()
     stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
-    values = chunk_values(cfg, plan, model, xp, key0, Lc, stats, timings, inner_paths=inner_paths, splits=splits,
-                          cond_sample=cond_sample, aggregate=aggregate)
-    return values, stats.to_json(), timings, time.perf_counter() - t0
+    values, finite = chunk_values(cfg, plan, model, xp, key0, Lc, stats, timings, inner_paths=inner_paths,
+                                  splits=splits, cond_sample=cond_sample, aggregate=aggregate, check_finite=True)
+    return values, stats.to_json(), timings, time.perf_counter() - t0, finite
 
 
 def _stacks(plan, inner, g, d):
@@ -492,11 +495,11 @@ class Levels:
             raise MemoryError(f"out of memory in level {li} ({Lc} outer x {M} inner paths, outer paths {l0}.."
                               f"{l0 + Lc - 1}, about {need:,.1f} GiB by the chunk estimate): {exc}; lower {fix}"
                               ) from exc
-        self._check_finite(out[0], li, l0, Lc)
-        return out
+        self._check_finite(out[4], li, l0, Lc)
+        return out[:4]
 
-    def _check_finite(self, values, li, l0, Lc):
-        if not np.isfinite(values).all():
+    def _check_finite(self, finite, li, l0, Lc):
+        if not finite:
             raise ValueError(f"the netting-set values are not finite (level {li}, outer paths {l0}..{l0 + Lc - 1}): "
                              f"an input overflows {self.cfg.run.dtype} (spot, strike, quantity or vol too large)")
 
@@ -557,9 +560,9 @@ class Levels:
                                         self.aggregate): (i, l0, Lc) for i, l0, Lc in todo}
         done = {}
         try:
-            for future, (values, stats, timings, seconds) in self.executor.completed(list(futures)):
+            for future, (values, stats, timings, seconds, finite) in self.executor.completed(list(futures)):
                 i, l0, Lc = futures[future]
-                self._check_finite(values, li, l0, Lc)
+                self._check_finite(finite, li, l0, Lc)
                 self._save_later(li, i, l0, values, stats, timings, seconds)
                 done[i] = (values, stats, timings, seconds)
                 self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s "
