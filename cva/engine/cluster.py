@@ -172,7 +172,7 @@ class Executor:
 
     def free_device_bytes(self) -> int | None:
         """The least free GPU memory of the workers (a GPU run's chunk fits each worker's GPU, not the client's);
-        None while the cluster has no workers yet (the client's own GPU then sizes the chunks)."""
+        None while the cluster has no workers (a GPU run starts with some: :func:`workers_backend`)."""
         try:
             free = self.client.run(_free_device_bytes)
         except Exception as exc:
