@@ -191,11 +191,17 @@ def test_a_gpu_cluster_is_driven_by_a_client_without_a_gpu(tmp_path, monkeypatch
     def no_gpu_here(name="auto"):
         raise AssertionError(f"the client resolved backend {name!r}")
 
+    def without_gpu():                                         # on a worker: no GPU, wherever the test runs
+        import cva.backend
+
+        cva.backend.cupy_available = lambda: False
+
     one = cva.run(_small_desk(tmp_path, "one", "cpu"), chunk=32, progress=False)
     monkeypatch.setattr(cva.runner, "resolve_backend", no_gpu_here)
     monkeypatch.setattr(cluster, "_free_device_bytes", lambda: 64 * 2**30)          # (asked of the workers)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
             distributed.Client(lc) as c:
+        c.run(without_gpu)
         with pytest.raises(ClusterError, match=r"^backend gpu: a worker of the cluster cannot run it \(backend 'gpu' "
                                                r"asked for, but CuPy finds no CUDA device"):
             cva.run(_small_desk(tmp_path, "none", "gpu"), chunk=32, progress=False, cluster=c)
