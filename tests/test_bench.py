@@ -109,3 +109,20 @@ def test_cli_bench_without_regressions(tmp_path, capsys):
     assert main(["bench", str(cfg), "--backend", "cpu", "--repeat", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[2].split()[4] == "-" and " 0 regression systems" in lines[3]
+
+
+def test_bench_scale_reports_the_bytes_a_task_sends_back(tmp_path, monkeypatch):
+    """benchmarks/bench_scale.py's bytes per task are those of the chunk's values as a task returns them (read from
+    the chunk file's header), not of the netted values: a small desk's first chunk, against the values loaded."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_scale
+    from bench_desk import desk
+
+    from cva.io import rundir
+
+    cfg = desk(2, 3, 12, 2, 4, 16, 8, "cpu", "float32", False)
+    res = cva.run(cfg, out=tmp_path / "run", progress=False, chunk=8, keep_chunks=True)
+    level = len(res.levels) - 1
+    (values, _), _ = rundir.load_chunks(tmp_path / "run", res.summary["config_hash"], level)
+    assert bench_scale._chunk_bytes(tmp_path / "run", level) == values.nbytes
+    assert values.shape[1] == 8 and values.nbytes > res.levels[-1].sets[:, :8].nbytes         # more than the netted
