@@ -218,13 +218,11 @@ def _cmd_validate(args) -> int:
 
 def _check_backend(backend, args, config):
     """A backend this machine cannot run is a usage error; a cluster's (``run.cluster``) is its workers' to run."""
-    from cva.backend import BACKENDS, resolve_backend  # imported only when used: it pulls in the engine
+    if config.run.cluster is not None and args.command in ("run", "validate"):
+        return
+    from cva.backend import resolve_backend  # imported only when used: it pulls in the engine
 
     try:
-        if config.run.cluster is not None and args.command in ("run", "validate"):
-            if backend not in BACKENDS:
-                raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-            return
         resolve_backend(backend)                                   # no GPU for `gpu` is the user's mistake
     except ValueError as exc:
         where = f"--backend {backend}" if getattr(args, "backend", None) else f"{args.config}: run.backend"

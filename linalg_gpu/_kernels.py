@@ -20,7 +20,6 @@ import numpy as np
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 COMPILE_SECONDS: dict[str, float] = {}
-_FUNCTIONS: dict = {}      # get_function's arguments -> kernel (building a Path per call cost ~60 us)
 _CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
            np.dtype(np.complex64): "cplx<float>", np.dtype(np.complex128): "cplx<double>",   # cplx: common.cuh
            np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",        # index types
@@ -35,9 +34,13 @@ def _source(file, cuda_dir=CUDA_DIR):
 
 
 @lru_cache(maxsize=None)
-def _function(file, expr, device_id, cuda_dir=CUDA_DIR):
+def _function(file, template, dtype, params, cuda_dir, device_id):
+    """:func:`get_function`'s kernel, compiled on a cache miss; the key is its arguments as given (building a
+    ``Path`` or the instantiation's name per launch cost about 60 us)."""
     import cupy as cp
 
+    expr = f"{template}<{', '.join([ctype(dtype), *map(str, params)])}>"
+    cuda_dir = Path(cuda_dir)
     code = _source(file, cuda_dir)
     t0 = time.perf_counter()
     mod = cp.RawModule(code=code, options=("-std=c++17", f"-I{cuda_dir}"), name_expressions=(expr,))
@@ -59,13 +62,9 @@ def ctype(dtype) -> str:
 
 def get_function(file, template, dtype, *params, cuda_dir=CUDA_DIR):
     """The compiled kernel ``template<ctype(dtype), *params>`` from ``<cuda_dir>/<file>`` (default this
-    package's ``cuda/``; an application passes its own folder of sources). A lookup costs about a microsecond:
-    it is made per launch (a backward step of the desk's Longstaff-Schwartz calls makes about ten)."""
+    package's ``cuda/``; an application passes its own folder of sources). Looked up per launch (a backward step
+    of the desk's Longstaff-Schwartz calls makes about ten), so the cache's key is built from the arguments as
+    given."""
     import cupy as cp
 
-    key = (file, template, dtype, params, cuda_dir, cp.cuda.runtime.getDevice())
-    fn = _FUNCTIONS.get(key)
-    if fn is None:
-        expr = f"{template}<{', '.join([ctype(dtype), *map(str, params)])}>"
-        fn = _FUNCTIONS[key] = _function(file, expr, key[-1], Path(cuda_dir))
-    return fn
+    return _function(file, template, np.dtype(dtype), params, cuda_dir, cp.cuda.runtime.getDevice())

@@ -119,11 +119,12 @@ def workers_backend(client, name):
     if not found:
         raise ClusterError(f"backend {name}: the cluster has no workers yet to run it (its chunks are sized by "
                            f"their GPUs): start them first, or use backend cpu")
-    kinds = {d.split(" ", 1)[0] for d in found.values()}
+    devices = sorted(set(found.values()))
+    kinds = {d.split(" ", 1)[0] for d in devices}
     if len(kinds) > 1:
-        raise ClusterError(f"backend {name}: the cluster's workers disagree ({', '.join(sorted(set(found.values())))}"
-                           f"): give every worker a GPU, or use backend cpu")
-    return kinds.pop(), f"{'; '.join(sorted(set(found.values())))} on {len(found)} workers"
+        raise ClusterError(f"backend {name}: the cluster's workers disagree ({', '.join(devices)}): give every "
+                           f"worker a GPU, or use backend cpu")
+    return kinds.pop(), f"{'; '.join(devices)} on {len(found)} workers"
 
 
 def _free_device_bytes():

@@ -9,15 +9,7 @@
 // both compile to the same fused multiply-adds), every other product, quotient and sum rounded on its own (the _rn
 // intrinsics: never fused). One launch where they took about thirty.
 
-template <typename U> __device__ __forceinline__ U add_rn(U a, U b);
-template <> __device__ __forceinline__ float add_rn<float>(float a, float b) { return __fadd_rn(a, b); }
-template <> __device__ __forceinline__ double add_rn<double>(double a, double b) { return __dadd_rn(a, b); }
-template <typename U> __device__ __forceinline__ U mul_rn(U a, U b);
-template <> __device__ __forceinline__ float mul_rn<float>(float a, float b) { return __fmul_rn(a, b); }
-template <> __device__ __forceinline__ double mul_rn<double>(double a, double b) { return __dmul_rn(a, b); }
-template <typename U> __device__ __forceinline__ U div_rn(U a, U b);
-template <> __device__ __forceinline__ float div_rn<float>(float a, float b) { return __fdiv_rn(a, b); }
-template <> __device__ __forceinline__ double div_rn<double>(double a, double b) { return __ddiv_rn(a, b); }
+#include "rounding.cuh"
 
 template <typename T, typename R, typename ST>
 __global__ void affine_exercise(const T* __restrict__ S, long long s_set, long long s_path, int d,

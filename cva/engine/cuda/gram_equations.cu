@@ -9,23 +9,15 @@
 // operation rounded on its own (the _rn intrinsics), as the twin's numpy mean and products: the same bits. One
 // launch where the twin's gathers, means, products and selections took about ten.
 
-template <typename U> __device__ __forceinline__ U g_add(U a, U b);
-template <> __device__ __forceinline__ float g_add<float>(float a, float b) { return __fadd_rn(a, b); }
-template <> __device__ __forceinline__ double g_add<double>(double a, double b) { return __dadd_rn(a, b); }
-template <typename U> __device__ __forceinline__ U g_mul(U a, U b);
-template <> __device__ __forceinline__ float g_mul<float>(float a, float b) { return __fmul_rn(a, b); }
-template <> __device__ __forceinline__ double g_mul<double>(double a, double b) { return __dmul_rn(a, b); }
-template <typename U> __device__ __forceinline__ U g_div(U a, U b);
-template <> __device__ __forceinline__ float g_div<float>(float a, float b) { return __fdiv_rn(a, b); }
-template <> __device__ __forceinline__ double g_div<double>(double a, double b) { return __ddiv_rn(a, b); }
+#include "rounding.cuh"
 
 template <typename T>
 __device__ __forceinline__ T part_mean(const T* __restrict__ G, long long first, int m, int rows, int cols, int r,
                                        int c)
 {
     T v = G[(first * rows + r) * cols + c];
-    for (int u = 1; u < m; ++u) v = g_add<T>(v, G[((first + u) * rows + r) * cols + c]);
-    return m > 1 ? g_div<T>(v, (T)m) : v;
+    for (int u = 1; u < m; ++u) v = add_rn<T>(v, G[((first + u) * rows + r) * cols + c]);
+    return m > 1 ? div_rn<T>(v, (T)m) : v;
 }
 
 template <typename T>
@@ -49,10 +41,10 @@ __global__ void gram_equations(const T* __restrict__ G, int rows, int cols, cons
         const long long g = (q >> k) / per_group;                        // its set's group
         const T* f = scale == nullptr ? nullptr : scale + g * p;
         T v = part_mean<T>(G, q * m, m, rows, cols, idx[i], c < p ? idx[c] : v0 + k);
-        if (f != nullptr) v = c < p ? g_mul<T>(v, g_mul<T>(f[i], f[c])) : g_mul<T>(v, f[i]);
+        if (f != nullptr) v = c < p ? mul_rn<T>(v, mul_rn<T>(f[i], f[c])) : mul_rn<T>(v, f[i]);
         if (empty_where_zero) {
             T a00 = part_mean<T>(G, q * m, m, rows, cols, idx[0], idx[0]);
-            if (f != nullptr) a00 = g_mul<T>(a00, g_mul<T>(f[0], f[0]));
+            if (f != nullptr) a00 = mul_rn<T>(a00, mul_rn<T>(f[0], f[0]));
             if (a00 == T(0)) v = (c == i) ? T(1) : T(0);                 // (c == p: b's column, 0)
         }
         if (c < p) A[(r * p + i) * p + c] = v;
