@@ -51,7 +51,7 @@ def chunk(ctx, n):
     xp.cuda.Device().synchronize()
     t0 = time.perf_counter()
     M, splits = level_specs(cfg)[-1]                                        # the run's finest level
-    values, _, timings, _ = timed_chunk(cfg, plan, model, xp, 0, n, M, splits, 0, book.aggregate)
+    values, _, timings, _, _ = timed_chunk(cfg, plan, model, xp, 0, n, M, splits, 0, book.aggregate)
     return time.perf_counter() - t0, timings, values
 
 
