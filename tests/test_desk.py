@@ -14,6 +14,7 @@ import cva
 from cva.engine.plan import build_plan
 from cva.instruments import analytic
 from cva.instruments.products import Contract
+from cva.io import rundir
 from cva.io.config import ConfigError, load_config
 from cva.market.model import BlackScholes
 from cva.xva.credit import Counterparty
@@ -91,11 +92,20 @@ def test_a_hedged_netting_set_has_no_exposure_and_an_unreachable_threshold_no_co
     sets = [{"name": "hedged", "portfolio": [CALL, {**CALL, "quantity": -1.0}]},
             {"name": "plain", "portfolio": [PUT, CALL]},
             {"name": "csa", "csa": {"threshold": 1e9, "margin_period_of_risk": "10d"}, "portfolio": [PUT, CALL]}]
-    res = cva.run(_desk(tmp_path, "d", [{"name": "C", **credit, "netting_sets": sets}]), progress=False)
+    res = cva.run(_desk(tmp_path, "d", [{"name": "C", **credit, "netting_sets": sets}]), progress=False,
+                  keep_chunks=True)
     ns = res.summary["counterparties"]["C"]["netting_sets"]
     assert ns["hedged"]["cva"] == 0.0 and ns["hedged"]["EPE"] == 0.0
     assert ns["csa"]["cva"] == ns["plain"]["cva"] == ns["csa"]["cva_uncollateralized"]
     assert ns["csa"]["collateralized"] and not ns["plain"]["collateralized"]
+    ee = res.exposures.set_index("netting_set")
+    np.testing.assert_array_equal(ee.loc["csa", "EE_uncollateralized"], ee.loc["plain", "EE"])
+    # the per-path values kept: every netting set's values at the exposure dates, the gross values again only for
+    # the netting set under a CSA (the others' are the same numbers), and the six trades' contributions
+    K = res.exposures.query("netting_set == 'plain'").shape[0]
+    manifest = json.loads((tmp_path / "d" / rundir.MANIFEST).read_text())
+    (values, _), *_ = rundir.load_chunks(tmp_path / "d", manifest["config_hash"], 0)
+    assert values.shape[-1] == (3 + 1) * K + 6
 
 
 def test_allocations_add_up_to_each_netting_set(tmp_path):

@@ -3,6 +3,7 @@ writes, summary.json written last, the chunk files removed after a complete run,
 condition sample that does not depend on the chunking."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -116,9 +117,11 @@ def test_a_chunk_of_another_run_is_refused_on_resume(tmp_path, monkeypatch):
         cva.run(a, resume=True, progress=False)
 
 
-def test_chunks_of_another_format_are_refused_on_resume(tmp_path, monkeypatch):
-    """A run directory whose run.json does not say its chunks hold the netting-set aggregate (one written when the
-    chunks held the value cube itself) is refused in one line, not read."""
+@pytest.mark.parametrize("before", [None, "netting-set aggregate"])
+def test_chunks_of_another_format_are_refused_on_resume(tmp_path, monkeypatch, before):
+    """A run directory whose run.json does not say its chunks hold this aggregate (one written when the chunks held
+    the value cube itself: no ``chunk_values``; or the aggregate with every netting set's gross values) is refused
+    in one line, not read."""
     a = _config(tmp_path, "a")
     original = _interrupt_at(monkeypatch, nested, "chunk_values", 3)
     with pytest.raises(KeyboardInterrupt):
@@ -127,9 +130,13 @@ def test_chunks_of_another_format_are_refused_on_resume(tmp_path, monkeypatch):
     manifest = tmp_path / "a" / rundir.MANIFEST
     old = json.loads(manifest.read_text())
     assert old["chunk_values"] == rundir.CHUNK_VALUES
-    del old["chunk_values"]
+    if before is None:
+        del old["chunk_values"]
+    else:
+        old["chunk_values"] = before
     manifest.write_text(json.dumps(old))
-    with pytest.raises(rundir.ResumeError, match="chunk_values was None, now 'netting-set aggregate'"):
+    with pytest.raises(rundir.ResumeError, match=re.escape(f"chunk_values was {before!r}, now "
+                                                           f"{rundir.CHUNK_VALUES!r}")):
         cva.run(a, resume=True, progress=False)
 
 

@@ -131,8 +131,8 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
 
     raw = lv.levels(book.uncollateralized)
 
-    def uncollateralized(j):
-        return [replace(x, sets=x.sets[..., j, :]) for x in raw]
+    def uncollateralized(j):                                                   # (netting set j has a CSA)
+        return [replace(x, sets=x.sets[..., book.collateralized.index(j), :]) for x in raw]
 
     total, cps, profiles, per_path = desk_measures(book, model, netted, uncollateralized, estimator, q, own)
     est = combine(per_path, lambda x: x, estimator)

@@ -171,8 +171,9 @@ def read_manifest(path: Path) -> dict:
 
 
 #: What a chunk file holds (run.json's ``chunk_values``): the aggregate of :meth:`cva.xva.desk.Book.aggregate`.
-#: A run directory whose chunks hold something else (the value cube itself, before) cannot be resumed.
-CHUNK_VALUES = "netting-set aggregate"
+#: A run directory whose chunks hold something else (the value cube itself, or an aggregate that also held the
+#: uncollateralized netting sets' values twice, before) cannot be resumed.
+CHUNK_VALUES = "netting-set aggregate, gross values under a CSA only"
 
 
 def check_resumable(out_dir: Path, old: dict, manifest: dict):

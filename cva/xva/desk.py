@@ -25,8 +25,9 @@ class Book:
 
     :meth:`aggregate` reduces each chunk's value cube where it was computed (on the GPU for a GPU run) to what the
     measures need, so the cube itself never reaches the host: per netting set its values net of collateral and
-    without it at the exposure dates, and per trade its per-path Euler contributions to the CVA (and DVA) of its
-    netting set. The chunk's array (sets, paths, W) holds them side by side;
+    without it at the exposure dates (the latter only for the netting sets under a CSA, :attr:`collateralized`:
+    for the others they are the same numbers), and per trade its per-path Euler contributions to the CVA (and DVA)
+    of its netting set. The chunk's array (sets, paths, W) holds them side by side;
     :meth:`netted`, :meth:`uncollateralized` and :meth:`contributions` take them out."""
 
     def __init__(self, cfg, plan, credits, model, own=None):
@@ -40,6 +41,7 @@ class Book:
         for j, e in enumerate(self.entries):
             self.set_of[list(e.members)] = j
         self.estimator = cfg.simulation.estimator
+        self.collateralized = [j for j, e in enumerate(self.entries) if e.csa is not None]   # netting sets, CSA
         S, C, V = len(self.entries), len(plan.contracts), len(plan.value_index)
         # netting in the netting order (plan.netting_order) per value column; a pad adds 0 x the netting set's
         # first trade (+-0: the same sums, and no other netting set's value can reach it)
@@ -59,7 +61,7 @@ class Book:
         if own is not None:
             self.sides.append(("dva", -1.0, [w for _, w in weights]))
         K = len(plan.exposure_index)
-        self.width = 2 * S * K + len(self.sides) * C
+        self.width = (S + len(self.collateralized)) * K + len(self.sides) * C
 
     def gross(self, cube):
         """(sets, L, S, V): the netting sets' values at every value date of the cube (sets, L, C, V), no collateral;
@@ -88,9 +90,11 @@ class Book:
         plan, S, K = self.plan, len(self.entries), len(self.plan.exposure_index)
         cols = plan.exposure_cols
         P = self.gross(cube) if P is None else P                                        # (sets, L, S, V)
-        raw = P[..., cols]                                                               # (sets, L, S, K)
         net = self.exposed(P)
-        parts = [net.reshape(net.shape[:2] + (S * K,)), raw.reshape(raw.shape[:2] + (S * K,))]
+        parts = [net.reshape(net.shape[:2] + (S * K,))]
+        if self.collateralized:                                             # without the collateral, CSAs only
+            raw = P[:, :, self.collateralized][..., cols]                                # (sets, L, CSAs, K)
+            parts.append(raw.reshape(raw.shape[:2] + (len(self.collateralized) * K,)))
         outs = [xp.zeros(cube.shape[:3], dtype=np.float64) for _ in self.sides]         # (sets, L, C) per side
         for j, e in enumerate(self.entries):
             members = list(e.members)
@@ -125,14 +129,16 @@ class Book:
         return _dates_major(chunk[..., :S * K].reshape(chunk.shape[:-1] + (S, K)))
 
     def uncollateralized(self, chunk):
-        """(sets, N, S, K): the netting sets' values without their collateral."""
-        S, K = len(self.entries), len(self.plan.exposure_index)
-        return _dates_major(chunk[..., S * K:2 * S * K].reshape(chunk.shape[:-1] + (S, K)))
+        """(sets, N, CSAs, K): the values without their collateral of the netting sets under a CSA
+        (:attr:`collateralized`, in that order)."""
+        S, K, A = len(self.entries), len(self.plan.exposure_index), len(self.collateralized)
+        return _dates_major(chunk[..., S * K:(S + A) * K].reshape(chunk.shape[:-1] + (A, K)))
 
     def contributions(self, chunk, name="cva"):
         """(sets, N, C): each trade's per-path contribution to its netting set's CVA (``name`` "dva": DVA)."""
         i = [n for n, _, _ in self.sides].index(name)
-        C, first = len(self.plan.contracts), 2 * len(self.entries) * len(self.plan.exposure_index)
+        C = len(self.plan.contracts)
+        first = (len(self.entries) + len(self.collateralized)) * len(self.plan.exposure_index)
         return chunk[..., first + i * C:first + (i + 1) * C]
 
     def allocations(self, lv) -> list[dict]:
