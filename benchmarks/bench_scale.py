@@ -4,7 +4,7 @@ d = 29, float32) in one process, and as tasks on a ``dask_cuda.LocalCUDACluster`
 Usage::
 
     python benchmarks/bench_scale.py [--outer 131072] [--inner 1024] [--gpus 1 2] [--desk-outer 8192 32768]
-                                     [--json benchmarks/results/scale_h100x2.json]
+                                     [--json benchmarks/results/scale_h200x2.json]
 
 Reported per row: engine seconds (the run's elapsed, without the report; the chunk files are written in the
 background and the last ones finish during the measures, outside it), the run's seconds, the speedup over one
