@@ -76,5 +76,21 @@ def to_host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
+def to_pinned_host(a) -> np.ndarray:
+    """:func:`to_host` into page-locked host memory for cupy (``cupyx.empty_pinned``: CuPy's pinned-memory pool,
+    returned to the pool when the array is freed, and kept there): the copy runs at the bus's speed, where a
+    pageable destination is copied through the driver's staging buffers and faulted in as it goes. For arrays
+    handed on soon (a cluster task's result), not for what a run keeps."""
+    if not hasattr(a, "get"):
+        return np.asarray(a)
+    import cupy
+    import cupyx
+
+    a = cupy.ascontiguousarray(a)
+    out = cupyx.empty_pinned(a.shape, a.dtype)
+    a.get(out=out)
+    return out
+
+
 def eps(dtype) -> float:
     return float(np.finfo(dtype).eps)

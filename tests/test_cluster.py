@@ -282,3 +282,10 @@ def test_run_cluster_is_checked(tmp_path, value):
     cfg["run"]["cluster"] = value
     with pytest.raises(ConfigError, match=r"run.cluster: must be local, local:N, local-cuda or a scheduler address"):
         load_config(cfg)
+
+
+def test_the_pinned_copy_of_a_numpy_array_is_the_array():
+    from linalg_gpu._backend import to_pinned_host
+
+    a = np.arange(12.0).reshape(3, 4)
+    assert to_pinned_host(a) is a

@@ -39,7 +39,7 @@ from cva.instruments.analytic import black_scholes_columns
 from cva.instruments.products import stacked_payoff
 from cva.io import rundir
 from cva.io.config import MLMC_LEVEL_PATHS
-from linalg_gpu._backend import get_array_module
+from linalg_gpu._backend import get_array_module, to_pinned_host
 from linalg_gpu._backend import to_host as _host
 
 STAGES = ("outer_paths", "closed_form", "inner_paths", "assembly", "conditions", "solve", "exercise", "statistics",
@@ -155,7 +155,7 @@ class ExerciseTimes:
 
 
 def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=None, splits=0, cond_sample=0,
-                 aggregate=None, check_finite=False):
+                 aggregate=None, check_finite=False, pinned=False):
     """The value cube on outer paths l0 .. l0 + Lc - 1 (keys of :mod:`cva.market.rng`; host, float64): the array
     (2^(splits + 1) - 1, Lc, C, K) of each contract's value (one unit, 0 once exercised or matured) at each
     exposure date, from ``inner_paths`` inner paths (default the plan's), then from each half of the same
@@ -167,7 +167,8 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
     chunk for other contracts (``trades``, their indices in ``plan``) or another market (the bumped markets of
     :mod:`cva.xva.sensitivities`), with the base market's inner exercise dates (:class:`ExerciseTimes`) where
     ``sensitivities.exercise_policy`` is ``base``. With ``check_finite``, (values, whether all are finite), checked
-    before they leave the device.
+    before they leave the device; with ``pinned``, a GPU's values come to page-locked host memory
+    (:func:`linalg_gpu._backend.to_pinned_host`: a cluster task's, sent on and freed).
 
     The solver memory is per system (``SolverMemory(per_system=True)``) and keyed by contract and
     regression date: each outer path's regression at exercise date t_j starts, at the next
@@ -192,7 +193,7 @@ def chunk_values(cfg, plan, model, xp, l0, Lc, stats, timings, *, inner_paths=No
         V = aggregate(V, revalue)
         clock("aggregation")
     finite = bool(xp.isfinite(V).all()) if check_finite else None          # (where computed: a GPU's is quick)
-    V = _host(V)
+    V = to_pinned_host(V) if pinned else _host(V)
     clock("io")                                                                        # (to the host)
     clock.flush()
     return (V, finite) if check_finite else V
@@ -345,14 +346,15 @@ def outer_paths(cfg, plan, model, key0, n, xp=np):
                         outer=(key0, n), outer_antithetic=cfg.simulation.outer_antithetic)[:, 0]
 
 
-def timed_chunk(cfg, plan, model, xp, key0, Lc, inner_paths, splits, cond_sample, aggregate=None):
+def timed_chunk(cfg, plan, model, xp, key0, Lc, inner_paths, splits, cond_sample, aggregate=None, pinned=False):
     """:func:`chunk_values` of the outer keys key0 .. key0 + Lc - 1 with its own statistics and stage times:
     (values, stats as JSON data, timings, seconds, whether every value is finite), as a run keeps a chunk (here or
     on a cluster worker: the check is the worker's, not the client's)."""
     t0 = time.perf_counter()
     stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
     values, finite = chunk_values(cfg, plan, model, xp, key0, Lc, stats, timings, inner_paths=inner_paths,
-                                  splits=splits, cond_sample=cond_sample, aggregate=aggregate, check_finite=True)
+                                  splits=splits, cond_sample=cond_sample, aggregate=aggregate, check_finite=True,
+                                  pinned=pinned)
     return values, stats.to_json(), timings, time.perf_counter() - t0, finite
 
 
