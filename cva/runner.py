@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cva.backend import BACKENDS, resolve_backend
+from cva.backend import check_backend_name, resolve_backend
 from cva.engine.cluster import Executor, connected, workers, workers_backend
 from cva.engine.nested import STAGES, DateStats, Levels, sample_levels
 from cva.engine.plan import (
@@ -78,10 +78,9 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     if spec is None:
         xp, device = resolve_backend(name)
         kind = "cpu" if xp is np else "gpu"
-    elif name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
     else:            # the workers resolve it (below); the client's arrays are numpy's, and it needs no GPU
-        xp, device, kind = np, None, "cpu" if name == "cpu" else "gpu"    # (auto: checked again with the workers')
+        xp, device = np, None
+        kind = "cpu" if check_backend_name(name) == "cpu" else "gpu"        # (auto: checked again with the workers')
     model = BlackScholes.from_market(cfg.market)
     credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in entries}
     plan = build_plan(cfg)
@@ -108,8 +107,8 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
         on_workers = executor is not None and kind == "gpu"               # (sized by the workers' GPUs)
         chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
-                    or chunk_size(plan, model.d, dtype.itemsize, None if on_workers else np if kind == "cpu" else xp,
-                                  n_workers, executor.free_device_bytes() if on_workers else None))
+                    or chunk_size(plan, model.d, dtype.itemsize, None if on_workers else xp, n_workers,
+                                  executor.free_device_bytes() if on_workers else None))
         manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
                     "backend": kind, "dtype": dtype.name, "config": rundir.hashed_config(cfg),
                     "chunk_values": rundir.CHUNK_VALUES}
