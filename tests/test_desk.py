@@ -128,6 +128,49 @@ def test_allocations_add_up_to_each_netting_set(tmp_path):
         assert sum(t["dva_allocation"] for t in rows) == pytest.approx(ns[name]["dva"], rel=1e-10, abs=1e-15)
 
 
+def test_a_float32_run_keeps_its_values_in_float32(tmp_path):
+    """A float32 desk's chunk holds its aggregate computed in float64 and rounded once to float32 (half the bytes to
+    send, write and hold); the levels it is measured from are float64; the trades' allocations add up to each
+    netting set's CVA and DVA to the rounding of the per-path values: with u = 2^-24 float32's unit roundoff and the
+    estimator's weights (extrapolated: 2 and -1) summing to 3 in absolute value, within 3 u (E sum_i |c_i| + |CVA|)
+    and a factor 2 for the CVA's own sum over the dates."""
+    from cva.engine.nested import DateStats, chunk_values
+    from cva.engine.plan import level_specs
+    from cva.xva.desk import Book
+
+    credit = {"recovery": 0.4, "hazard_rate": 0.02}
+    csa = {"threshold": 2.0, "minimum_transfer_amount": 0.5, "independent_amount": 1.0, "margin_period_of_risk": "14d"}
+    sets = [{"name": "x", "portfolio": [PUT, {**CALL, "quantity": -1.0}]},
+            {"name": "z", "csa": csa, "portfolio": [PUT, {**CALL, "quantity": -1.0}, {**CALL, "strike": 90.0}]}]
+    cfg = _desk(tmp_path, "f", [{"name": "C", **credit, "netting_sets": sets}],
+                own_credit={"recovery": 0.4, "hazard_rate": 0.01})
+    cfg["run"]["dtype"] = "float32"
+    res = cva.run(cfg, progress=False, chunk=SIM["outer_paths"], keep_chunks=True)
+    manifest = json.loads((tmp_path / "f" / rundir.MANIFEST).read_text())
+    [(values, _)] = rundir.load_chunks(tmp_path / "f", manifest["config_hash"], 0)
+    assert values.dtype == np.float32 and all(lv.sets.dtype == np.float64 for lv in res.levels)
+    c = load_config(cfg)
+    plan, model = build_plan(c), BlackScholes.from_market(c.market)
+    credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in c.book()}
+    book = Book(c, plan, credits, model, Counterparty.from_config(c.own_credit, model.rate))
+    [(m, splits)] = level_specs(c)
+    cube = chunk_values(c, plan, model, np, 0, SIM["outer_paths"], DateStats(len(plan.grid)), None, inner_paths=m,
+                        splits=splits)
+    book.dtype = np.dtype(np.float64)
+    exact = book.aggregate(cube)
+    assert exact.dtype == np.float64
+    np.testing.assert_array_equal(values, exact.astype(np.float32))
+    u = 2.0 ** -24
+    ns = res.summary["counterparties"]["C"]["netting_sets"]
+    for j, name in enumerate(("x", "z")):
+        members = list(book.entries[j].members)
+        rows = [t for t in res.summary["trades"] if t["netting_set"] == name]
+        for side in ("cva", "dva"):
+            scale = np.abs(book.contributions(values.astype(np.float64), side)[..., members]).sum(-1).mean()
+            total = sum(t[f"{side}_allocation"] for t in rows)
+            assert abs(total - ns[name][side]) <= 2 * 3 * u * (scale + abs(ns[name][side])), (name, side)
+
+
 def test_sensitivities_per_counterparty_against_the_closed_form(tmp_path):
     """Long European calls, one counterparty each: CVA_c = (1 - R_c) C_c(0) (1 - e^{-lambda_c T}) on the exposure
     grid, so dCVA_c / dlambda_c = (1 - R_c) C_c(0) T e^{-lambda_c T} (its own curve only) and dCVA_c / dS_i =

@@ -140,6 +140,24 @@ def test_chunks_of_another_format_are_refused_on_resume(tmp_path, monkeypatch, b
         cva.run(a, resume=True, progress=False)
 
 
+@pytest.mark.parametrize("values", [np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+                                    np.asfortranarray(np.linspace(-1.0, 1.0, 12).reshape(3, 4)),
+                                    np.arange(10.0)[::3], np.zeros((1, 0, 5)), np.array([np.nan, np.inf, -0.0])])
+def test_a_chunk_file_is_numpys_npz_of_its_values(tmp_path, values):
+    """A chunk file (written with its values in one write) is what numpy.load reads as numpy.savez's: the values
+    bitwise, in their dtype and shape (strided and Fortran-ordered arrays too), and the stamped meta."""
+    (tmp_path / rundir.CHUNKS).mkdir()
+    rundir.save_chunk(tmp_path, 1, 0, values, {"l0": 5}, "hash")
+    with np.load(rundir.chunk_path(tmp_path, 1, 0), allow_pickle=False) as z:
+        assert sorted(z.files) == ["meta", "values"]
+        got, meta = z["values"], json.loads(str(z["meta"]))
+    assert got.dtype == values.dtype and got.shape == values.shape
+    assert got.tobytes() == np.ascontiguousarray(values).tobytes()
+    assert meta == {"config_hash": "hash", "level": 1, "index": 0, "l0": 5}
+    [(again, _)] = rundir.load_chunks(tmp_path, "hash", 1)
+    assert again.tobytes() == got.tobytes()
+
+
 def test_a_failed_write_names_the_file_and_leaves_no_temporary(tmp_path, monkeypatch, capsys):
     cfg = _config(tmp_path, "disk")
     path = tmp_path / "c.yaml"
@@ -148,7 +166,7 @@ def test_a_failed_write_names_the_file_and_leaves_no_temporary(tmp_path, monkeyp
     def full_disk(*args, **kw):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(np, "savez", full_disk)
+    monkeypatch.setattr(np.lib.format, "write_array_header_1_0", full_disk)      # (the file begun)
     assert main(["run", str(path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     chunk0 = rundir.chunk_path(tmp_path / "disk", 0, 0)

@@ -220,7 +220,7 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
     alive = xp.ones((nv, Lc, len(plan.contracts)), dtype=bool)                       # not exercised, not ended
     memory = lg.SolverMemory(per_system=True)
     deferred = Deferred(clock)                  # the LSM calls' flags and stage times, read once at the chunk's end
-    designs = []                                                       # (grid date, regression date, X) sampled
+    sampled = []                              # the first paths' inner paths for the design matrices: (g, S, ...)
     for g in range(G):
         t, k = plan.grid[g], exposure_pos[g]
         # the date's values in blocks of contracts: (contracts, values broadcast to (nv, Lc, contracts), their
@@ -297,8 +297,8 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
                     one = plan.contracts[ci].payoff_value if S_a is None else stacked_payoff([plan.contracts[ci]],
                                                                                               Lc, xp)
                     psi1 = psi if psi.groups == 1 else replace(psi, scale=psi.scale[0])
-                    designs.extend((g, j, X) for j, X in diagnostics.sample(S_c if S_a is None else S_a, one, psi1,
-                                                                            sim.itm_only, n_design))
+                    S_n = (S_c if S_a is None else S_a)[:n_design].copy()        # (read at the chunk's end)
+                    sampled.append((g, S_n, one, psi1, n_design))
                     designed += 1
                 clock("statistics")
                 C_all = xp.concatenate([res.value[None]] + [p.T for p in res.parts])    # (nv, members Lc)
@@ -329,6 +329,8 @@ def _cube(cfg, plan, model, xp, l0, Lc, stats, timings, M, splits, cond_sample, 
                                                                                       axis=-1)
         clock("exercise")
     deferred.read()
+    designs = [(g, j, X) for g, S_n, one, psi1, n in sampled               # to the host once the queue has drained
+               for j, X in diagnostics.sample(S_n, one, psi1, sim.itm_only, n)]
     if designs:                                                        # analysed together: one stacked call
         rows = diagnostics.analyse([X for _, _, X in designs], cfg.regression.cond_max)
         for (g, j, _), r in zip(designs, rows, strict=True):
@@ -584,11 +586,12 @@ class Levels:
     def levels(self, values=None) -> list[Level]:
         """The levels so far; with ``values``, each level's sets mapped by it (the chunks' values, the value cube or
         its aggregate, to the netted values).
-        A level's chunks are joined once and kept joined (the cube is not copied again by the next call)."""
+        A level's chunks are joined once, in float64 (a float32 run's are kept in float32: :class:`cva.xva.desk.Book`),
+        and kept joined (the cube is not copied again by the next call)."""
         out = []
         for li, (m, splits) in enumerate(self.specs):
-            if len(self.parts[li]) > 1:
-                self.parts[li] = [np.concatenate(self.parts[li], axis=1)]
+            if len(self.parts[li]) > 1 or self.parts[li][0].dtype != np.float64:
+                self.parts[li] = [np.concatenate(self.parts[li], axis=1, dtype=np.float64)]
             sets = self.parts[li][0]
             out.append(Level(li, m, splits, sets if values is None else values(sets), self.seconds[li],
                              paired=self.cfg.simulation.outer_antithetic))

@@ -27,7 +27,8 @@ class Book:
     measures need, so the cube itself never reaches the host: per netting set its values net of collateral and
     without it at the exposure dates (the latter only for the netting sets under a CSA, :attr:`collateralized`:
     for the others they are the same numbers), and per trade its per-path Euler contributions to the CVA (and DVA)
-    of its netting set. The chunk's array (sets, paths, W) holds them side by side;
+    of its netting set. The chunk's array (sets, paths, W) holds them side by side, in the run's dtype (computed in
+    float64; a float32 run's paths carry float32's precision, and its chunks send, write and hold half the bytes);
     :meth:`netted`, :meth:`uncollateralized` and :meth:`contributions` take them out."""
 
     def __init__(self, cfg, plan, credits, model, own=None):
@@ -40,7 +41,7 @@ class Book:
         self.set_of = np.empty(len(plan.contracts), dtype=int)                        # each trade's netting set
         for j, e in enumerate(self.entries):
             self.set_of[list(e.members)] = j
-        self.estimator = cfg.simulation.estimator
+        self.estimator, self.dtype = cfg.simulation.estimator, np.dtype(cfg.run.dtype)
         self.collateralized = [j for j, e in enumerate(self.entries) if e.csa is not None]   # netting sets, CSA
         S, C, V = len(self.entries), len(plan.contracts), len(plan.value_index)
         # netting in the netting order (plan.netting_order) per value column; a pad adds 0 x the netting set's
@@ -84,8 +85,9 @@ class Book:
 
     def aggregate(self, cube, revalue=None, P=None):
         """A chunk's value cube (sets, L, C, V) (numpy or cupy) to its (sets, L, W) array of the netted values and
-        the trades' contributions; path by path, so the same numbers whatever the chunk. (``revalue``, of
-        :func:`cva.engine.nested.chunk_values`, is not needed here; ``P``: :meth:`gross` if known.)"""
+        the trades' contributions, in the run's dtype; path by path, so the same numbers whatever the chunk.
+        (``revalue``, of :func:`cva.engine.nested.chunk_values`, is not needed here; ``P``: :meth:`gross` if
+        known.)"""
         xp = get_array_module(cube)
         plan, S, K = self.plan, len(self.entries), len(self.plan.exposure_index)
         cols = plan.exposure_cols
@@ -108,7 +110,7 @@ class Book:
                 for k in range(1, K):                                                   # a fixed order of terms
                     acc = acc + X[..., k] * w[k]
                 out[:, :, members] = acc
-        return xp.concatenate(parts + outs, axis=-1)
+        return xp.concatenate(parts + outs, axis=-1).astype(self.dtype, copy=False)
 
     def _shares(self, cube, P, members, csa, margin_cols, xp):
         """Each member's share (sets, L, members, K) of the collateral (Pykhtin & Rosen, :mod:`cva.xva.collateral`)

@@ -97,7 +97,8 @@ class BumpedDesk:
         self.counterparties = book.counterparties
 
     def aggregate(self, cube, revalue):
-        """The base aggregate and the scenarios' per-path CVA per counterparty, (sets, L, W). Each pass is valued by
+        """The base aggregate and the scenarios' per-path CVA per counterparty, (sets, L, W), in float64 (the
+        scenarios' CVAs are differenced; the base's values are those of the run's dtype). Each pass is valued by
         ``revalue`` and kept while a scenario still to come needs it; a scenario is built when its last pass is
         in, so that one copy of the netting-set values lives at a time."""
         xp = get_array_module(cube)
@@ -122,7 +123,7 @@ class BumpedDesk:
             for q in [q for q in kept if keep[q] <= p]:
                 del kept[q]
         cols = [done[s][..., k] for s in range(len(self.scenarios)) for k in range(len(self.counterparties))]
-        return xp.concatenate(out + ([xp.stack(cols, axis=-1)] if cols else []), axis=-1)
+        return xp.concatenate(out + ([xp.stack(cols, axis=-1)] if cols else []), axis=-1, dtype=np.float64)
 
     def _cva(self, P, s, xp):
         """(sets, L, counterparties): each counterparty's per-path CVA of the gross values P (sets, L, S, V)."""
