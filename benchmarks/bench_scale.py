@@ -17,8 +17,10 @@ process: the compiled kernels are cached on disk). Every row's per-path values a
 one-process run's (checked here). On the cluster the chunk is at most a worker's share; the cluster and its
 client are started with ``cva.engine.cluster.LOCAL_CUDA_OPTIONS`` and ``LOCAL_CLIENT_OPTIONS``, as ``run.cluster:
 local-cuda`` starts them.
-``--desk-outer N ...`` adds bench_desk's desk at N outer paths (without sensitivities), one case per N;
-``--outer 0`` leaves out the paper-scale case. For sizing a larger cluster it also measures, on a cluster of
+``--desk-outer N ...`` adds bench_desk's desk at N outer paths, one case per N;
+``--outer 0`` leaves out the paper-scale case; ``--desk-sensitivities`` runs the desk cases with the four sensitivity
+families (bench_desk's ``--sensitivities``; warmed up at 1024 outer paths, the kernels then compiled and cached).
+For sizing a larger cluster it also measures, on a cluster of
 the most GPUs asked for, the scheduler's cost per task (1000 empty tasks) and the client's cost per byte of a
 task's result (received from a worker, then written as a chunk file).
 """
@@ -73,6 +75,8 @@ def main(argv=None):
     ap.add_argument("--inner", type=int, default=1024)
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--desk-outer", type=int, nargs="*", default=[])
+    ap.add_argument("--desk-sensitivities", action="store_true",
+                    help="the desk cases with the four sensitivity families (warmed up at 1024 outer paths)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if any(n < 2 for n in args.desk_outer):
@@ -85,10 +89,11 @@ def main(argv=None):
               "sizes": {"outer": args.outer, "inner": args.inner, "d": 29, "dtype": "float32"}, "rows": []}
     cases = [("paper-scale x8", paper_config(args.outer, args.inner, "float32", "gpu", None),
               paper_config(min(args.outer, 16384), args.inner, "float32", "gpu", None))] if args.outer else []
+    sens = args.desk_sensitivities
     for n in args.desk_outer:                  # (the desk warms up on its config, at most one chunk's paths)
-        cfg = desk(20, 40, 400, 10, 24, n, 128, "gpu", "float32", False)
-        cases.append((f"desk {n} outer", cfg, desk(20, 40, 400, 10, 24, min(n, 16384), 128, "gpu", "float32",
-                                                   False)))
+        cfg = desk(20, 40, 400, 10, 24, n, 128, "gpu", "float32", sens)
+        cases.append((f"desk {n} outer" + (" with sensitivities" if sens else ""), cfg,
+                      desk(20, 40, 400, 10, 24, min(n, 1024 if sens else 16384), 128, "gpu", "float32", sens)))
     for name, cfg, warm in cases:
         timed(warm)                                            # the case's kernels compiled, the pool grown
         ref, row = timed(cfg)

@@ -133,7 +133,8 @@ def test_a_float32_run_keeps_its_values_in_float32(tmp_path):
     send, write and hold); the levels it is measured from are float64; the trades' allocations add up to each
     netting set's CVA and DVA to the rounding of the per-path values: with u = 2^-24 float32's unit roundoff and the
     estimator's weights (extrapolated: 2 and -1) summing to 3 in absolute value, within 3 u (E sum_i |c_i| + |CVA|)
-    and a factor 2 for the CVA's own sum over the dates."""
+    and a factor 2 for the CVA's own sum over the dates. With sensitivities the chunk is float64, its base part
+    the same numbers."""
     from cva.engine.nested import DateStats, chunk_values
     from cva.engine.plan import level_specs
     from cva.xva.desk import Book
@@ -169,6 +170,13 @@ def test_a_float32_run_keeps_its_values_in_float32(tmp_path):
             scale = np.abs(book.contributions(values.astype(np.float64), side)[..., members]).sum(-1).mean()
             total = sum(t[f"{side}_allocation"] for t in rows)
             assert abs(total - ns[name][side]) <= 2 * 3 * u * (scale + abs(ns[name][side])), (name, side)
+    # with sensitivities the chunk is float64 (the bumped markets' CVAs are differenced), its base part the same
+    bumped = {**cfg, "sensitivities": {"spot": 0.01}, "output": {"dir": str(tmp_path / "s")}}
+    cva.run(bumped, progress=False, chunk=SIM["outer_paths"], keep_chunks=True)
+    manifest = json.loads((tmp_path / "s" / rundir.MANIFEST).read_text())
+    [(wide, _)] = rundir.load_chunks(tmp_path / "s", manifest["config_hash"], 0)
+    assert wide.dtype == np.float64 and wide.shape[-1] > book.width
+    np.testing.assert_array_equal(wide[..., :book.width], values)
 
 
 def test_sensitivities_per_counterparty_against_the_closed_form(tmp_path):

@@ -104,7 +104,7 @@ class BumpedDesk:
         xp = get_array_module(cube)
         book = self.book
         P = book.gross(cube)
-        out = [book.aggregate(cube, P=P)]
+        out = [book.aggregate(cube, P=P).astype(np.float64, copy=False)]
         last = [max((p for p, _ in moved), default=-1) for moved, _ in self.scenarios]
         keep = {p: max((last[s] for s, (moved, _) in enumerate(self.scenarios) if any(q == p for q, _ in moved)),
                        default=p) for p in range(len(self.passes))}          # the last pass that needs pass p
@@ -123,7 +123,7 @@ class BumpedDesk:
             for q in [q for q in kept if keep[q] <= p]:
                 del kept[q]
         cols = [done[s][..., k] for s in range(len(self.scenarios)) for k in range(len(self.counterparties))]
-        return xp.concatenate(out + ([xp.stack(cols, axis=-1)] if cols else []), axis=-1, dtype=np.float64)
+        return xp.concatenate(out + ([xp.stack(cols, axis=-1)] if cols else []), axis=-1)
 
     def _cva(self, P, s, xp):
         """(sets, L, counterparties): each counterparty's per-path CVA of the gross values P (sets, L, S, V)."""
