@@ -197,8 +197,8 @@ def chunk_path(out_dir: Path, level: int, index: int) -> Path:
 def save_chunk(out_dir: Path, level: int, index: int, values, meta: dict, config_hash: str):
     """A chunk's per-path values and its own statistics, stamped with the config hash, level and index: the
     ``.npz`` of :func:`numpy.savez` (``values``, ``meta``), with the values in one write. (numpy's writes a zip member
-    16 MB at a time, each copied while holding the GIL: a chunk written in the background while a cluster's next
-    result arrived slowed its receipt two- to threefold; one write's checksum and copy to the file let the GIL go.)"""
+    16 MB at a time, each copied while holding the GIL, which the thread receiving a cluster's next result needs
+    meanwhile; one write's checksum and copy to the file release it.)"""
     head = json.dumps({"config_hash": config_hash, "level": level, "index": index, **meta})
     values = np.asarray(values, order="C")
 
