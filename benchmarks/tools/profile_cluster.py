@@ -6,6 +6,7 @@ and, per chunk size, the host's Python by function (cProfile) of one task on a w
 Usage::
 
     python benchmarks/tools/profile_cluster.py [--outer 8192] [--gpus 1 2] [--top 25] [--paper]
+                                               [--no-worker-profiler]
 """
 
 from __future__ import annotations
@@ -108,7 +109,13 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--paper", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="a LocalCluster of CPU workers (a check of this script)")
+    ap.add_argument("--no-worker-profiler", action="store_true",
+                    help="the workers without Dask's statistical profiler (distributed.worker.profile.enabled)")
     args = ap.parse_args(argv)
+    if args.no_worker_profiler:                           # (the nanny hands the workers this process's config)
+        import dask
+
+        dask.config.set({"distributed.worker.profile.enabled": False})
     from dask.distributed import Client, LocalCluster
     if not args.cpu:
         from dask_cuda import LocalCUDACluster
