@@ -62,7 +62,8 @@ class Book:
         if own is not None:
             self.sides.append(("dva", -1.0, [w for _, w in weights]))
         K = len(plan.exposure_index)
-        self.width = (S + len(self.collateralized)) * K + len(self.sides) * C
+        self._contributions_at = (S + len(self.collateralized)) * K                 # after the netting sets' values
+        self.width = self._contributions_at + len(self.sides) * C
 
     def gross(self, cube):
         """(sets, L, S, V): the netting sets' values at every value date of the cube (sets, L, C, V), no collateral;
@@ -134,13 +135,12 @@ class Book:
         """(sets, N, CSAs, K): the values without their collateral of the netting sets under a CSA
         (:attr:`collateralized`, in that order)."""
         S, K, A = len(self.entries), len(self.plan.exposure_index), len(self.collateralized)
-        return _dates_major(chunk[..., S * K:(S + A) * K].reshape(chunk.shape[:-1] + (A, K)))
+        return _dates_major(chunk[..., S * K:self._contributions_at].reshape(chunk.shape[:-1] + (A, K)))
 
     def contributions(self, chunk, name="cva"):
         """(sets, N, C): each trade's per-path contribution to its netting set's CVA (``name`` "dva": DVA)."""
         i = [n for n, _, _ in self.sides].index(name)
-        C = len(self.plan.contracts)
-        first = (len(self.entries) + len(self.collateralized)) * len(self.plan.exposure_index)
+        C, first = len(self.plan.contracts), self._contributions_at
         return chunk[..., first + i * C:first + (i + 1) * C]
 
     def allocations(self, lv) -> list[dict]:
