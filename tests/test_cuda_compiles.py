@@ -46,6 +46,7 @@ INSTANCES = {
                                         "affine_exercise<float, double, unsigned char>",
                                         "affine_exercise<double, double, int>"],
     ENGINE_DIR / "gram_equations.cu": ["gram_equations<float>", "gram_equations<double>"],
+    ENGINE_DIR / "euler_contributions.cu": ["euler_contributions<double>"],
     ENGINE_DIR / "stopped_cashflows.cu": ["stopped_cashflows<float, double, unsigned short>",
                                           "stopped_cashflows<double, double, unsigned char>",
                                           "stopped_cashflows<float, float, int>"],

@@ -83,10 +83,10 @@ def exercise_code_dtype(N, depths) -> np.dtype:
                          if N ** depths - 1 <= np.iinfo(t).max))
 
 
-def margin_columns(cfg, value_index, mpr) -> np.ndarray:
+def margin_columns(cfg, value_index, mpr, grid=None) -> np.ndarray:
     """(K,) the value cube's column of each t_k - mpr, -1 where it is not after 0 (the dates are on the grid:
-    :meth:`cva.io.config.Config.margin_times`)."""
-    keys, T = cfg.grid_keys()
+    :meth:`cva.io.config.Config.margin_times`; ``grid``: its :meth:`~cva.io.config.Config.grid_keys` if known)."""
+    keys, T = cfg.grid_keys() if grid is None else grid
     lag = cfg.exposure_times() - mpr
     g = np.searchsorted(keys, grid_key(np.where(lag > 0, lag, lag[-1]), T))
     return np.where(lag > 0, np.searchsorted(value_index, g), -1)

@@ -35,8 +35,9 @@ class Book:
         self.entries = cfg.book()
         self.plan, self.credits = plan, credits
         self.quantities, self.order = [c.quantity for c in plan.contracts], netting_order(plan)
-        self.margins = [None if e.csa is None else margin_columns(cfg, plan.value_index, e.csa.margin_period_of_risk)
-                        for e in self.entries]
+        grid = cfg.grid_keys() if any(e.csa is not None for e in self.entries) else None     # (once: O(trades))
+        self.margins = [None if e.csa is None else margin_columns(cfg, plan.value_index, e.csa.margin_period_of_risk,
+                                                                  grid) for e in self.entries]
         self.counterparties = list(dict.fromkeys(e.counterparty for e in self.entries))
         self.set_of = np.empty(len(plan.contracts), dtype=int)                        # each trade's netting set
         for j, e in enumerate(self.entries):
@@ -105,12 +106,7 @@ class Book:
             if e.csa is not None:
                 own = own - self._shares(cube, P[..., j, :], members, e.csa, self.margins[j], xp)
             for out, (_, side, weights) in zip(outs, self.sides, strict=True):
-                X = side * own * (side * net[..., j, None, :] > 0)                       # (sets, L, members, K)
-                w = weights[j]
-                acc = X[..., 0] * w[0]
-                for k in range(1, K):                                                   # a fixed order of terms
-                    acc = acc + X[..., k] * w[k]
-                out[:, :, members] = acc
+                euler_contributions(own, net, j, weights[j], side, members, out)
         return xp.concatenate(parts + outs, axis=-1).astype(self.dtype, copy=False)
 
     def _shares(self, cube, P, members, csa, margin_cols, xp):
@@ -167,6 +163,41 @@ class Book:
 
     def of(self, counterparty) -> list[int]:
         return [j for j, e in enumerate(self.entries) if e.counterparty == counterparty]
+
+
+def euler_contributions(x, P, j, w, side, members, out):
+    """out[..., members] = sum_k w_k (side x_k) 1{side P_k > 0}: the members' per-path Euler contributions to the
+    CVA (side 1) or DVA (side -1) of netting set j, from their values net of collateral x (sets, L, members, K), the
+    netting sets' values P (sets, L, S, K) and the exposure weights w (K,); the sum in date order, so the same bits
+    whatever the chunk. On the GPU one launch (``cuda/euler_contributions.cu``), else
+    :func:`euler_contributions_twin`."""
+    if not members:
+        return
+    if get_array_module(x) is np:
+        out[:, :, members] = euler_contributions_twin(x, P[..., j, :], w, side)
+        return
+    import cupy as cp
+
+    from cva.engine.lsm import CUDA_DIR
+    from linalg_gpu._kernels import get_function, grid_blocks
+
+    x, P = cp.ascontiguousarray(x, dtype=np.float64), cp.ascontiguousarray(P, dtype=np.float64)
+    R, m, K = x.shape[0] * x.shape[1], x.shape[2], x.shape[3]
+    fn = get_function("euler_contributions.cu", "euler_contributions", np.float64, cuda_dir=CUDA_DIR)
+    fn((grid_blocks(R * m),), (256,),
+       (x, np.uint64(P.data.ptr + j * K * 8), np.int64(P.shape[-2] * K), cp.asarray(w, dtype=np.float64),
+        np.float64(side), cp.asarray(np.asarray(members, dtype=np.int64)), np.int32(m), np.int32(K), out,
+        np.int64(out.shape[-1]), np.int64(R)))
+
+
+def euler_contributions_twin(x, P_j, w, side):
+    """numpy twin of ``cuda/euler_contributions.cu``: (sets, L, members), the terms summed in date order, each
+    operation rounded on its own."""
+    X = side * x * (side * P_j[..., None, :] > 0)                                      # (sets, L, members, K)
+    acc = X[..., 0] * w[0]
+    for k in range(1, X.shape[-1]):
+        acc = acc + X[..., k] * w[k]
+    return acc
 
 
 def _dates_major(a):
