@@ -27,11 +27,10 @@ from cva.io import desk_report, report, rundir
 from cva.io.config import load_config
 from cva.io.report import RunResult
 from cva.market.model import BlackScholes
+from cva.xva.aggregation import Aggregation
 from cva.xva.control import european_twin
 from cva.xva.credit import Counterparty, shifted
-from cva.xva.desk import Book
 from cva.xva.measures import cva_functional
-from cva.xva.sensitivities import BumpedDesk
 
 
 def _progress(total, initial, enabled):
@@ -129,9 +128,8 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         t_start = time.perf_counter()
         bar = _progress(None, 0, progress)
         own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
-        book = Book(cfg, plan, credits, model, own)                         # each chunk's cube aggregated
-        bumped = BumpedDesk(cfg, plan, model, book) if cfg.sensitivities is not None else None
-        aggregate = book.aggregate if bumped is None else bumped.aggregate  # bumped markets in every chunk
+        aggregate = Aggregation(cfg, plan, model, None if executor is None else executor.config_json)
+        book, bumped = aggregate.book, aggregate.bumped
         if cfg.is_desk:
             values, g = book.netted, book.cva_functional(model, own)       # (sets, N, netting sets, K)
         else:

@@ -289,3 +289,31 @@ def test_the_pinned_copy_of_a_numpy_array_is_the_array():
 
     a = np.arange(12.0).reshape(3, 4)
     assert to_pinned_host(a) is a
+
+
+def test_a_runs_aggregation_travels_as_its_configuration():
+    """A chunk task carries the run's aggregation as the configuration (not the book's arrays and plan), and a
+    worker builds it again once: the same aggregate of a cube, bit for bit; with sensitivities, the bumped desk."""
+    import json
+    import pickle
+
+    from cva.engine.plan import build_plan
+    from cva.market.model import BlackScholes
+    from cva.xva.aggregation import Aggregation, aggregation_of
+
+    desk = load_config("configs/desk.yaml").to_dict()
+    assert desk.pop("sensitivities")
+    cfg = load_config(desk)
+    plan, model = build_plan(cfg), BlackScholes.from_market(cfg.market)
+    config_json = json.dumps(cfg.to_dict(), sort_keys=True)
+    here = Aggregation(cfg, plan, model)
+    sent = pickle.dumps(here, protocol=5)
+    assert len(sent) < len(config_json) + 1000 and len(pickle.dumps(here.book, protocol=5)) > 2 * len(sent)
+    there = pickle.loads(sent)
+    assert there is aggregation_of(config_json) and pickle.loads(sent) is there             # built once
+    cube = np.random.default_rng(2).normal(scale=5.0, size=(3, 17, len(plan.contracts), len(plan.value_index)))
+    np.testing.assert_array_equal(there(cube), here(cube))
+    assert here.bumped is None and there.bumped is None
+    bumped = load_config({**desk, "sensitivities": {"rate": 0.0001}})
+    again = pickle.loads(pickle.dumps(Aggregation(bumped, build_plan(bumped), model), protocol=5))
+    assert again.bumped is not None and again.book.width == here.book.width

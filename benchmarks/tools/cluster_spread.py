@@ -30,8 +30,7 @@ from cva.engine.nested import COND_SAMPLE  # noqa: E402
 from cva.engine.plan import build_plan, level_specs  # noqa: E402
 from cva.io.config import load_config  # noqa: E402
 from cva.market.model import BlackScholes  # noqa: E402
-from cva.xva.credit import Counterparty  # noqa: E402
-from cva.xva.desk import Book  # noqa: E402
+from cva.xva.aggregation import Aggregation  # noqa: E402
 
 HOST_STAGES = ("inner_paths", "closed_form", "solve", "exercise", "statistics", "aggregation")
 
@@ -61,7 +60,7 @@ def _gc(enable):
     return gc.isenabled()
 
 
-def runs(client, cfg, book, n, label):
+def runs(client, cfg, aggregation, n, label):
     (M, splits), = level_specs(cfg)[:1]
     workers = cl.workers(client)
     Lc = cfg.simulation.outer_paths // workers
@@ -69,7 +68,7 @@ def runs(client, cfg, book, n, label):
     for r in range(n):
         ex = cl.Executor(client, cfg, cfg.run.backend)                # (new task keys)
         t0 = time.perf_counter()
-        futures = {ex.submit(0, i, i * Lc, Lc, M, splits, COND_SAMPLE - i * Lc, book.aggregate): i
+        futures = {ex.submit(0, i, i * Lc, Lc, M, splits, COND_SAMPLE - i * Lc, aggregation): i
                    for i in range(workers)}
         rows = []
         for future, (values, _, timings, seconds, _) in ex.completed(list(futures)):
@@ -104,9 +103,7 @@ def main(argv=None):
     backend = "cpu" if args.cpu else "gpu"
     cfg = load_config(desk(20, 40, 400, 10, 24, args.outer, 128, backend, "float32", False))
     plan, model = build_plan(cfg), BlackScholes.from_market(cfg.market)
-    credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in cfg.book()}
-    own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
-    book = Book(cfg, plan, credits, model, own)
+    aggregation = Aggregation(cfg, plan, model)                            # (sent as its configuration)
     if args.cpu:
         cluster = LocalCluster(n_workers=args.gpus, threads_per_worker=1, dashboard_address=None)
     else:
@@ -116,18 +113,18 @@ def main(argv=None):
                                    **cl.LOCAL_CUDA_OPTIONS)
     with cluster, Client(cluster, **cl.LOCAL_CLIENT_OPTIONS) as client:
         print("workers' cores:", {a[-5:]: (len(c), c[:4], c[-2:]) for a, c in client.run(_affinity).items()})
-        runs(client, cfg, book, 2, "warm-up")
-        runs(client, cfg, book, args.runs, "as started")
+        runs(client, cfg, aggregation, 2, "warm-up")
+        runs(client, cfg, aggregation, args.runs, "as started")
         print("widened:", client.run(_widen))
-        runs(client, cfg, book, args.runs, "all cores")
+        runs(client, cfg, aggregation, args.runs, "all cores")
         print("gc enabled:", client.run(_gc, False))
-        runs(client, cfg, book, args.runs, "all cores, no gc")
+        runs(client, cfg, aggregation, args.runs, "all cores, no gc")
         client.run(_gc, True)
         addresses, n = sorted(client.scheduler_info()["workers"]), os.cpu_count()
         for k, a in enumerate(addresses):
             share = n // len(addresses)
             print("own cores:", client.run(_pin, range(k * share, (k + 1) * share), workers=[a]))
-        runs(client, cfg, book, args.runs, "own cores")
+        runs(client, cfg, aggregation, args.runs, "own cores")
 
 
 if __name__ == "__main__":

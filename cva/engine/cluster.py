@@ -145,7 +145,8 @@ def price_task(config_json, backend):
 
 def chunk_task(config_json, backend, l0, Lc, inner_paths, splits, cond_sample, aggregate=None):
     """One chunk on a worker, :func:`cva.engine.nested.timed_chunk` (``l0`` the chunk's first outer key;
-    ``aggregate`` reduces the cube on the worker, so only its result travels; a GPU's result comes to page-locked
+    ``aggregate`` reduces the cube on the worker, so only its result travels (a run's
+    :class:`cva.xva.aggregation.Aggregation` travels as its configuration); a GPU's result comes to page-locked
     memory, which returns to CuPy's pool once the client has it)."""
     cfg, plan, model, xp = _setup(config_json, backend)
     return timed_chunk(cfg, plan, model, xp, l0, Lc, inner_paths, splits, cond_sample, aggregate, pinned=True)

@@ -15,6 +15,7 @@ from cva.engine.estimators import combine
 from cva.engine.plan import margin_columns, netting_order
 from cva.xva import measures
 from cva.xva.collateral import collateral, net_of_collateral
+from cva.xva.credit import Counterparty
 from linalg_gpu._backend import get_array_module
 
 
@@ -65,6 +66,13 @@ class Book:
         K = len(plan.exposure_index)
         self._contributions_at = (S + len(self.collateralized)) * K                 # after the netting sets' values
         self.width = self._contributions_at + len(self.sides) * C
+
+    @classmethod
+    def of_config(cls, cfg, plan, model):
+        """The run's Book: the credit of its counterparties and its own (``own_credit``) from ``cfg``."""
+        credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in cfg.book()}
+        own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
+        return cls(cfg, plan, credits, model, own)
 
     def gross(self, cube):
         """(sets, L, S, V): the netting sets' values at every value date of the cube (sets, L, C, V), no collateral;
