@@ -29,7 +29,7 @@ from cva.io.report import RunResult
 from cva.market.model import BlackScholes
 from cva.xva.aggregation import Aggregation
 from cva.xva.control import european_twin
-from cva.xva.credit import Counterparty, shifted
+from cva.xva.credit import Counterparty, run_credits, shifted
 from cva.xva.measures import cva_functional
 
 
@@ -71,7 +71,6 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     if log is None:
         log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     cfg = load_config(config)
-    entries = cfg.book()
     name = backend or cfg.run.backend
     spec = cluster if cluster is not None else cfg.run.cluster
     if spec is None:
@@ -81,7 +80,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         xp, device = np, None
         kind = "cpu" if check_backend_name(name) == "cpu" else "gpu"        # (auto: checked again with the workers')
     model = BlackScholes.from_market(cfg.market)
-    credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in entries}
+    credits, own = run_credits(cfg, model.rate)
     plan = build_plan(cfg)
     dtype = np.dtype(cfg.run.dtype)
     if chunk is not None and int(chunk) < 2:
@@ -127,7 +126,6 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
         t_start = time.perf_counter()
         bar = _progress(None, 0, progress)
-        own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
         aggregate = Aggregation(cfg, plan, model, None if executor is None else executor.config_json)
         book, bumped = aggregate.book, aggregate.bumped
         if cfg.is_desk:

@@ -30,7 +30,6 @@ from cva.engine.nested import timed_chunk  # noqa: E402
 from cva.engine.plan import build_plan, level_specs  # noqa: E402
 from cva.io.config import load_config  # noqa: E402
 from cva.market.model import BlackScholes  # noqa: E402
-from cva.xva.credit import Counterparty  # noqa: E402
 from cva.xva.desk import Book  # noqa: E402
 
 
@@ -40,9 +39,7 @@ def setup(paper, n):
     xp, _ = resolve_backend("gpu")
     model = BlackScholes.from_market(cfg.market)
     plan = build_plan(cfg)
-    credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in cfg.book()}
-    own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
-    book = Book(cfg, plan, credits, model, own)
+    book = Book.of_config(cfg, plan, model)
     return cfg, plan, model, xp, book
 
 

@@ -139,6 +139,12 @@ class Counterparty:
                                        f"{_pieces(curve.times, curve.rates)}")
 
 
+def run_credits(cfg, rate: float) -> tuple[dict[str, Counterparty], Counterparty | None]:
+    """A run's credit: each counterparty of its netting sets by name, and its own (``own_credit``; None without)."""
+    credits = {e.counterparty: Counterparty.from_config(e.credit, rate) for e in cfg.book()}
+    return credits, None if cfg.own_credit is None else Counterparty.from_config(cfg.own_credit, rate)
+
+
 def shifted(counterparty: Counterparty, h: float) -> Counterparty:
     """The counterparty with its hazard curve shifted in parallel by ``h`` (a CS01 bump)."""
     curve = counterparty.curve

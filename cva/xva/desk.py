@@ -15,7 +15,7 @@ from cva.engine.estimators import combine
 from cva.engine.plan import margin_columns, netting_order
 from cva.xva import measures
 from cva.xva.collateral import collateral, net_of_collateral
-from cva.xva.credit import Counterparty
+from cva.xva.credit import run_credits
 from linalg_gpu._backend import get_array_module
 
 
@@ -70,8 +70,7 @@ class Book:
     @classmethod
     def of_config(cls, cfg, plan, model):
         """The run's Book: the credit of its counterparties and its own (``own_credit``) from ``cfg``."""
-        credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in cfg.book()}
-        own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
+        credits, own = run_credits(cfg, model.rate)
         return cls(cfg, plan, credits, model, own)
 
     def gross(self, cube):
@@ -193,7 +192,7 @@ def euler_contributions(x, P, j, w, side, members, out):
     R, m, K = x.shape[0] * x.shape[1], x.shape[2], x.shape[3]
     fn = get_function("euler_contributions.cu", "euler_contributions", np.float64, cuda_dir=CUDA_DIR)
     fn((grid_blocks(R * m),), (256,),
-       (x, np.uint64(P.data.ptr + j * K * 8), np.int64(P.shape[-2] * K), cp.asarray(w, dtype=np.float64),
+       (x, np.uint64(P.data.ptr + j * K * P.itemsize), np.int64(P.shape[-2] * K), cp.asarray(w, dtype=np.float64),
         np.float64(side), cp.asarray(np.asarray(members, dtype=np.int64)), np.int32(m), np.int32(K), out,
         np.int64(out.shape[-1]), np.int64(R)))
 

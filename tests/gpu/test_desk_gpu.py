@@ -41,14 +41,11 @@ def test_a_desk_chunks_aggregate_is_the_numpy_aggregate():
     from cva.engine.plan import build_plan
     from cva.io.config import load_config
     from cva.market.model import BlackScholes
-    from cva.xva.credit import Counterparty
     from cva.xva.desk import Book
 
     cfg = load_config("configs/desk.yaml")
     plan, model = build_plan(cfg), BlackScholes.from_market(cfg.market)
-    credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in cfg.book()}
-    own = Counterparty.from_config(cfg.own_credit, model.rate) if cfg.own_credit is not None else None
-    book = Book(cfg, plan, credits, model, own)
+    book = Book.of_config(cfg, plan, model)
     rng = np.random.default_rng(5)
     cube = rng.normal(scale=5.0, size=(3, 41, len(plan.contracts), len(plan.value_index))).astype(cfg.run.dtype)
     host = book.aggregate(cube)
