@@ -126,3 +126,19 @@ def test_bench_scale_reports_the_bytes_a_task_sends_back(tmp_path, monkeypatch):
     (values, _), _ = rundir.load_chunks(tmp_path / "run", res.summary["config_hash"], level)
     assert bench_scale._chunk_bytes(tmp_path / "run", level) == values.nbytes
     assert values.shape[1] == 8 and values.nbytes > res.levels[-1].sets[:, :8].nbytes         # more than the netted
+
+
+def test_bench_scale_row_is_the_median_run(tmp_path, monkeypatch):
+    """benchmarks/bench_scale.py's row is the run of median engine seconds among its repeats, lists them all, and
+    says whether every run was bitwise the reference (a run of another seed is not)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_scale
+    from bench_desk import desk
+
+    cfg = desk(2, 3, 12, 2, 4, 16, 8, "cpu", "float32", False)
+    res, row = bench_scale.median_of(cfg, 3)
+    runs = row["engine_seconds_runs"]
+    assert len(runs) == 3 and row["engine_seconds"] == sorted(runs)[1] and row["bitwise"] is True
+    other, _ = bench_scale.timed(desk(2, 3, 12, 2, 4, 16, 8, "cpu", "float32", False, seed=6))
+    assert bench_scale.median_of(cfg, 2, ref=other)[1]["bitwise"] is False
+    assert bench_scale.median_of(cfg, 1, ref=res)[1]["bitwise"] is True

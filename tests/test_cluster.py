@@ -159,10 +159,15 @@ def test_a_gpu_runs_chunks_fit_the_workers_least_free_gpu_memory(tmp_path, clien
     per_path = bytes_per_outer_path(plan, cfg.d, 4)
     device = object()                                  # not numpy: a GPU run, whose own memory is not asked for
     fits = int(GPU_MEMORY_FRACTION * 3 * 2**30 // per_path)                # the paths 3 GiB hold
-    n = chunk_size(plan, cfg.d, 4, device, 2, 3 * 2**30)
-    assert n <= fits and -(-cfg.simulation.outer_paths // n) == -(-cfg.simulation.outer_paths // fits)  # fewest
-    assert chunk_size(plan, cfg.d, 4, device, 2, 6 * 2**30) > 1.9 * n
+    N = cfg.simulation.outer_paths
+    for workers in (1, 2, 5, 7):                                  # (12 chunks fit: 15 and 14 for 5 and 7 workers)
+        fewest = -(-N // fits)                                         # the fewest chunks 3 GiB allow
+        n = chunk_size(plan, cfg.d, 4, device, workers, 3 * 2**30)
+        assert n <= fits and -(-N // n) == -(-fewest // workers) * workers          # as many for each worker
+    assert chunk_size(plan, cfg.d, 4, device, 2, 6 * 2**30) > 1.9 * chunk_size(plan, cfg.d, 4, device, 2, 3 * 2**30)
     assert chunk_size(plan, cfg.d, 4, device, 2, 2**50) == 1 << 19                      # a worker's share
+    assert chunk_size(plan, cfg.d, 4, device, 3, 2**50) == -(-N // 3)
+    assert chunk_size(plan, cfg.d, 4, device, None, 2**50) == N                         # one process: one chunk
 
 
 def _small_desk(tmp_path, name, backend):

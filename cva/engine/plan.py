@@ -151,23 +151,25 @@ def device_free_bytes(cp) -> int:
 
 
 def chunk_size(plan, d, itemsize, xp, workers=None, free_bytes=None) -> int:
-    """Outer paths per chunk from the memory the inner paths of the first date need (at least 2: a chunk of
-    one path rounds a basket's average differently, and its values would depend on the chunking): with ``xp``
+    """Outer paths per chunk: as many as the memory the inner paths of the first date need allows, with ``xp``
     numpy a CPU's budget, else the GPU of this process (``xp`` cupy) or, given ``free_bytes`` (``xp`` may then be
-    None), the least free memory of a cluster's GPUs; on a cluster of ``workers``,
-    at most a worker's share, so that every worker gets a chunk. (Not smaller: a chunk's cost
-    has a part that does not shrink with its paths, the solver calls per contract and date, which dominates a
-    desk of many Bermudan trades.) The outer paths are then shared equally among the chunks that number needs: a
-    last chunk of a few paths would cost as many kernel launches as a full one."""
+    None), the least free memory of a cluster's GPUs (not fewer: a chunk's cost has a part that does not shrink
+    with its paths, the solver calls per contract and date, which dominates a desk of many Bermudan trades); at
+    least 2 (a chunk of one path rounds a basket's average differently, and its values would depend on the
+    chunking). The outer paths are then shared equally among the chunks that number needs (a last chunk of a
+    few paths would cost as many kernel launches as a full one), and on a cluster of ``workers`` the number of
+    chunks is a multiple of theirs, so that each worker gets as many: on two H200s the desk benchmark at 65536
+    outer paths in 3 chunks of 21846 took 26.2 s, in 6 of 10923 20.5 s."""
     if xp is np:
         budget = CPU_CHUNK_BYTES
     else:
         budget = GPU_MEMORY_FRACTION * (device_free_bytes(xp) if free_bytes is None else free_bytes)
-    n = min(plan.outer_paths, budget // bytes_per_outer_path(plan, d, itemsize))
+    N = plan.outer_paths
+    n = max(2, min(N, budget // bytes_per_outer_path(plan, d, itemsize)))
+    count = -(-N // n)
     if workers:
-        n = min(n, -(-plan.outer_paths // workers))
-    n = max(2, n)
-    return int(max(2, -(-plan.outer_paths // -(-plan.outer_paths // n))))       # equal chunks: no small last one
+        count = -(-count // workers) * workers
+    return int(max(2, -(-N // count)))                                   # equal chunks: no small last one
 
 
 def level_specs(cfg) -> list[tuple[int, int]]:
@@ -176,8 +178,6 @@ def level_specs(cfg) -> list[tuple[int, int]]:
     if sim.estimator == "mlmc":
         return [(m, 0 if i == 0 else 1) for i, m in enumerate(sim.mlmc_levels())]
     return [(sim.inner_paths_for(), 1 if sim.estimator == "plain" else 2)]
-
-
 
 
 def netting_order(plan) -> list[list[int]]:
