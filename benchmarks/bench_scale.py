@@ -16,7 +16,7 @@ untimed run of its case at 16384 outer paths or its size if smaller (one chunk o
 the memory pool has grown and the kernels that only large arrays use are compiled: after a warm-up of 64 paths,
 the first large run on a fresh machine spent about 6 s more in its statistics stage than the second (not in a second
 process: the compiled kernels are cached on disk). Every row's per-path values and CVA must be bitwise the
-one-process run's (checked here). On the cluster the chunk is at most a worker's share; the cluster and its
+one-process run's (checked here). On the cluster the chunks are a multiple of the workers in number; the cluster and its
 client are started with ``cva.engine.cluster.LOCAL_CUDA_OPTIONS`` and ``LOCAL_CLIENT_OPTIONS``, as ``run.cluster:
 local-cuda`` starts them.
 ``--desk-outer N ...`` adds bench_desk's desk at N outer paths, one case per N;

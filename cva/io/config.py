@@ -748,7 +748,8 @@ class Simulation(_Section):
     out_of_sample: bool = Field(
         False, description="`cva price`: also the low-biased price of the policy on independent paths")
     chunk: Annotated[Int, Field(ge=2)] | None = Field(
-        None, description="outer paths per chunk (default: from the free memory)")
+        None, description="outer paths per chunk (default: from the free memory; on a cluster, chunks in a "
+                          "multiple of the workers)")
     estimator: Literal["mlmc", "extrapolated", "plain"] = Field(
         "extrapolated", description="how the bias of the finite inner sample is removed: extrapolated, mlmc or plain "
                                     "(see the README)")
