@@ -85,17 +85,24 @@ def workers(client) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _setup(config_json, backend):
-    """The config, plan, model and array module of a worker, once per process and configuration (and with them
-    the compiled kernels, cached by :mod:`linalg_gpu._kernels`)."""
-    from cva.backend import resolve_backend
+def run_inputs(config_json):
+    """The config, plan and model of the configuration ``config_json`` (:meth:`cva.io.config.Config.to_json`),
+    built once per worker process (for its chunk tasks and :func:`cva.xva.aggregation.aggregation_of`)."""
     from cva.engine.plan import build_plan
     from cva.io.config import load_config
     from cva.market.model import BlackScholes
 
     cfg = load_config(json.loads(config_json))
-    xp, _ = resolve_backend(backend)
-    return cfg, build_plan(cfg), BlackScholes.from_market(cfg.market), xp
+    return cfg, build_plan(cfg), BlackScholes.from_market(cfg.market)
+
+
+@functools.lru_cache(maxsize=8)
+def _setup(config_json, backend):
+    """The config, plan, model and array module of a worker, once per process, configuration and backend (the
+    compiled kernels are cached by :mod:`linalg_gpu._kernels`)."""
+    from cva.backend import resolve_backend
+
+    return (*run_inputs(config_json), resolve_backend(backend)[0])
 
 
 def _worker_backend(name):
@@ -160,7 +167,7 @@ class Executor:
 
     def __init__(self, client, cfg, backend):
         self.client, self.backend = client, backend
-        self.config_json = json.dumps(cfg.to_dict(), sort_keys=True)
+        self.config_json = cfg.to_json()
         self.run_key = uuid.uuid4().hex[:12]
 
     def submit(self, li, i, l0, Lc, inner_paths, splits, cond_sample, aggregate=None):

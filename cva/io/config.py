@@ -26,6 +26,7 @@ they are reported even when other keys are wrong.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import os
 import re
@@ -1195,6 +1196,10 @@ class Config(_Section):
             if c["underlying"] == "asset":
                 c["underlying"] = {"asset": c.pop("asset")}
         return out
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as JSON with sorted keys: the form a cluster's tasks carry (and cache by)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
 
 
 def _trade_row(c) -> str:

@@ -7,7 +7,6 @@ its submission to its start on a LocalCluster of a 2-CPU machine, against 4-7 ms
 from __future__ import annotations
 
 import functools
-import json
 
 from cva.xva.desk import Book
 from cva.xva.sensitivities import BumpedDesk
@@ -28,16 +27,14 @@ class Aggregation:
 
     def __reduce__(self):
         if self._config_json is None:
-            self._config_json = json.dumps(self._cfg.to_dict(), sort_keys=True)
+            self._config_json = self._cfg.to_json()
         return aggregation_of, (self._config_json,)
 
 
 @functools.lru_cache(maxsize=8)
 def aggregation_of(config_json) -> Aggregation:
-    """The :class:`Aggregation` of the configuration ``config_json`` (a cluster worker's, built once)."""
-    from cva.engine.plan import build_plan
-    from cva.io.config import load_config
-    from cva.market.model import BlackScholes
+    """The :class:`Aggregation` of the configuration ``config_json`` (a cluster worker's, built once, from the
+    worker's config, plan and model: :func:`cva.engine.cluster.run_inputs`)."""
+    from cva.engine.cluster import run_inputs
 
-    cfg = load_config(json.loads(config_json))
-    return Aggregation(cfg, build_plan(cfg), BlackScholes.from_market(cfg.market), config_json)
+    return Aggregation(*run_inputs(config_json), config_json)
