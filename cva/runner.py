@@ -29,7 +29,7 @@ from cva.io.report import RunResult
 from cva.market.model import BlackScholes
 from cva.xva.aggregation import Aggregation
 from cva.xva.control import european_twin
-from cva.xva.credit import Counterparty, shifted
+from cva.xva.credit import Counterparty, run_credits, shifted
 from cva.xva.measures import cva_functional
 
 
@@ -80,6 +80,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         xp, device = np, None
         kind = "cpu" if check_backend_name(name) == "cpu" else "gpu"        # (auto: checked again with the workers')
     model = BlackScholes.from_market(cfg.market)
+    credits, own = run_credits(cfg, model.rate)              # (before the run starts: a curve that cannot be met)
     plan = build_plan(cfg)
     dtype = np.dtype(cfg.run.dtype)
     if chunk is not None and int(chunk) < 2:
@@ -127,7 +128,6 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         bar = _progress(None, 0, progress)
         aggregate = Aggregation(cfg, plan, model, None if executor is None else executor.config_json)
         book, bumped = aggregate.book, aggregate.bumped
-        credits, own = book.credits, book.own                                 # (credit.run_credits)
         if cfg.is_desk:
             values, g = book.netted, book.cva_functional(model, own)       # (sets, N, netting sets, K)
         else:

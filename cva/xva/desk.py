@@ -34,7 +34,7 @@ class Book:
 
     def __init__(self, cfg, plan, credits, model, own=None):
         self.entries = cfg.book()
-        self.plan, self.credits, self.own = plan, credits, own
+        self.plan, self.credits = plan, credits
         self.quantities, self.order = [c.quantity for c in plan.contracts], netting_order(plan)
         grid = cfg.grid_keys() if any(e.csa is not None for e in self.entries) else None     # (once: O(trades))
         self.margins = [None if e.csa is None else margin_columns(cfg, plan.value_index, e.csa.margin_period_of_risk,
