@@ -6,7 +6,7 @@ time means the host, not the GPU, sets the pace; a fit of wall time against oute
 
 Usage::
 
-    python benchmarks/tools/profile_chunk.py [--sizes 256 1024 4096 8192] [--top 30] [--paper]
+    python benchmarks/tools/profile_chunk.py [--sizes 256 1024 4096 8192] [--top 30] [--paper] [--callers REGEX]
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def main(argv=None):
     ap.add_argument("--sizes", type=int, nargs="+", default=[256, 1024, 4096, 8192])
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--paper", action="store_true")
+    ap.add_argument("--callers", default=None, help="who calls the functions whose names match this regex")
     args = ap.parse_args(argv)
     from torch.profiler import ProfilerActivity, profile
 
@@ -85,6 +86,9 @@ def main(argv=None):
     pr.disable()
     pstats.Stats(pr).sort_stats("tottime").print_stats(args.top)
     pstats.Stats(pr).sort_stats("cumulative").print_stats(args.top)
+    if args.callers:
+        pstats.Stats(pr).sort_stats("tottime").print_callers(args.callers)
+        pstats.Stats(pr).sort_stats("tottime").print_callees(args.callers)
 
 
 if __name__ == "__main__":

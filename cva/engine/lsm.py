@@ -434,12 +434,16 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
     s = len(Vs) - 1
     n = 2 ** s
     cache = {} if cache is None else cache
-    extra = []
-    if basis is not None:
-        if "ones" not in cache:                                      # (one call's slices: the same B, M, dtype)
-            cache["ones"] = xp.ones((B, M), dtype=Z.dtype)
-        extra = [cache["ones"]] + ([basis.payoff_column(h)] if basis.payoff_regressor else [])
-    F = xp.stack([*extra, *Vs], axis=-1)                                           # (B, M, e)
+    extra = [] if basis is None else [None] * (1 + bool(basis.payoff_regressor))     # (1[, h / c])
+    F = cache.get("F")                                     # (B, M, e): one call's dates share it, the 1 written once
+    if F is None or F.shape != (B, M, len(extra) + len(Vs)) or F.dtype != Z.dtype:
+        F = cache["F"] = xp.empty((B, M, len(extra) + len(Vs)), dtype=Z.dtype)
+        if extra:
+            F[..., 0] = 1
+    if len(extra) > 1:
+        F[..., 1] = basis.payoff_column(h)
+    for k, v in enumerate(Vs):
+        F[..., len(extra) + k] = v
     w = None if mask is None else _parts(mask.astype(Z.dtype), n)
     v0 = d + len(extra)                                                            # V_0's column
     G = strided.concat_gram(_parts(Z, n), _parts(F, n), w, alpha=n / M, rows=v0)  # (B n, v0, d + e)

@@ -1,0 +1,92 @@
+"""One outer chunk of bench_desk's desk (or, with ``--paper``, bench_cva's paper-scale run) timed under two source
+trees of this repository, in alternating processes on the same GPU, and its values checked bitwise between them:
+what a change to the host's work per chunk gains, measured on one machine (a chunk's time moves by a third from one
+lent machine to the next, so two trees are compared in one call, not against an earlier run).
+
+Usage::
+
+    python benchmarks/tools/compare_chunk.py OLD_TREE NEW_TREE [--sizes 256 4096] [--rounds 2] [--repeat 3] [--paper]
+
+Per tree and size: every timed run's wall seconds (a chunk computed as a run's is,
+:func:`cva.engine.nested.timed_chunk` with the run's aggregation, after a warm-up of each size in its process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+WORKER = r'''
+import json, sys, time
+import numpy as np
+tree, sizes, repeat, paper, out = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]), \
+    sys.argv[4] == "1", sys.argv[5]
+sys.path[:0] = [tree, tree + "/benchmarks"]
+from bench_cva import config as paper_config
+from bench_desk import desk
+from cva.backend import resolve_backend
+from cva.engine.nested import timed_chunk
+from cva.engine.plan import build_plan, level_specs
+from cva.io.config import load_config
+from cva.market.model import BlackScholes
+from cva.xva.desk import Book
+n = max(sizes)
+cfg = load_config(paper_config(n, 1024, "float32", "gpu", None) if paper
+                  else desk(20, 40, 400, 10, 24, n, 128, "gpu", "float32", False))
+xp, _ = resolve_backend("gpu")
+model = BlackScholes.from_market(cfg.market)
+plan = build_plan(cfg)
+book = Book.of_config(cfg, plan, model)
+M, splits = level_specs(cfg)[-1]
+def chunk(L):
+    xp.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    values = timed_chunk(cfg, plan, model, xp, 0, L, M, splits, 0, book.aggregate)[0]
+    return time.perf_counter() - t0, values
+for L in sizes:
+    chunk(L)
+seconds = {}
+for L in sizes:
+    runs = [chunk(L) for _ in range(repeat)]
+    seconds[L] = [t for t, _ in runs]
+    np.save(f"{out}_{L}.npy", runs[-1][1])
+json.dump(seconds, open(out + ".json", "w"))
+'''
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("trees", nargs=2, type=Path, help="the old and the new source tree")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 4096])
+    ap.add_argument("--rounds", type=int, default=2, help="processes per tree, alternating")
+    ap.add_argument("--repeat", type=int, default=3, help="timed chunks per size and process")
+    ap.add_argument("--paper", action="store_true")
+    args = ap.parse_args(argv)
+    seconds = {str(t): {L: [] for L in args.sizes} for t in args.trees}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for i, tree in enumerate(args.trees):
+                out = os.path.join(tmp, f"{i}_{r}")
+                subprocess.run([sys.executable, "-c", WORKER, str(tree.resolve()), ",".join(map(str, args.sizes)),
+                                str(args.repeat), "1" if args.paper else "0", out], check=True)
+                for L, ts in json.load(open(out + ".json")).items():
+                    seconds[str(tree)][int(L)] += ts
+        same = {L: all(np.array_equal(np.load(os.path.join(tmp, f"0_{r}_{L}.npy")),
+                                      np.load(os.path.join(tmp, f"1_{r}_{L}.npy"))) for r in range(args.rounds))
+                for L in args.sizes}
+    for L in args.sizes:
+        row = "  ".join(f"{t}: median {np.median(seconds[str(t)][L]):.3f} s (" +
+                        ", ".join(f"{s:.3f}" for s in seconds[str(t)][L]) + ")" for t in args.trees)
+        print(f"outer {L}: {row}; bitwise {same[L]}", flush=True)
+    return seconds, same
+
+
+if __name__ == "__main__":
+    main()
