@@ -152,6 +152,24 @@ def test_gram_normal_equations_match_the_formed_basis(rng, payoff_regressor, mas
         np.testing.assert_allclose(got, ref, rtol=1e-13, atol=1e-15)
 
 
+@pytest.mark.parametrize("payoff_regressor", [False, True])
+def test_one_calls_dates_share_their_columns_and_get_the_equations_of_fresh_ones(rng, payoff_regressor):
+    """A Longstaff-Schwartz call's dates share one buffer of the normal equations' columns (1[, h / c], V_0 .. V_s),
+    the 1 written once: each date's equations are bitwise those from a buffer of its own, and a later call of
+    other sizes or dtype with the same cache gets a buffer of its own."""
+    B, M, d, splits = 3, 64, 2, 1
+    psi = basis.make_basis("linear", rng.uniform(80.0, 120.0, d), payoff_regressor)
+    cache = {}
+    for dtype, sets in ((np.float64, B), (np.float64, B), (np.float32, B), (np.float64, B + 1)):
+        Sj = rng.uniform(50.0, 150.0, (sets, M, d)).astype(dtype)
+        h = np.maximum(100.0 - Sj.mean(axis=-1), 0).astype(dtype)
+        Vs = [rng.standard_normal((sets, M)).astype(dtype) for _ in range(splits + 1)]
+        got = _gram_normal_equations(np, Sj, psi, h, Vs, h > 0, joined=True, cache=cache)
+        ref = _gram_normal_equations(np, Sj, psi, h, Vs, h > 0, joined=True, cache={})
+        for a, b in zip(got, ref, strict=True):
+            assert a.dtype == dtype and np.array_equal(a, b)
+
+
 def test_one_exercise_date_is_the_discounted_mean_payoff(rng):
     model = BlackScholes(spot=[100.0], vol=0.3, dividend=0.02, rate=0.04, correlation=0.0)
     c = Contract(style="bermudan", payoff="call", underlying="asset", asset=0, strike=95.0, maturity=0.7)

@@ -344,3 +344,35 @@ def test_kept_exercise_times_come_back_per_contract_in_any_stack(N, depths):
         assert len(got) == depths
         for k in range(depths):
             np.testing.assert_array_equal(got[k], stopping[k][rows])
+
+
+@pytest.mark.parametrize("dates", [[0, 1, 2], [0, 2, 3], [1]])
+@pytest.mark.parametrize("assets", [[2], [1, 3, 1, 0], [3, 3]])
+def test_a_stacks_asset_slices_are_each_contracts_own_slice(rng, dates, assets):
+    """_asset_steps' one gather of a stack's slices (consecutive dates or not, an asset repeated) is, bit for bit,
+    each contract's own slice S[:, :, dates, asset] stacked in the stack's order."""
+    S = rng.standard_normal((3, 5, 4, 4)).astype(np.float32)
+    idx = np.asarray(dates)
+    got = nested._asset_steps(S, idx, assets, np)
+    ref = np.concatenate([S[:, :, idx, a][..., None] for a in assets])
+    assert got.shape == (len(assets) * 3, 5, len(dates), 1) and np.array_equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_dates_payoffs_in_one_pass_are_each_contracts_own(rng, dtype):
+    """_payoff_columns: the one-asset contracts' exercise values on a date's slice of the outer paths in one pass
+    are bitwise each contract's payoff_value (strikes not representable in float32 included), and a basket among
+    them is valued one by one."""
+    S = rng.uniform(60.0, 140.0, (7, 3)).astype(dtype)
+
+    def c(asset, payoff, strike, underlying="asset"):
+        return Contract(style="bermudan", payoff=payoff, underlying=underlying, asset=asset, strike=strike,
+                        maturity=1.0, n_exercise=4)
+
+    ones = [c(0, "call", 100.1), c(2, "put", 97.3), c(0, "put", 100.1), c(1, "call", 88.8)]
+    mixed = [*ones, c(0, "call", 101.7, "basket")]
+    for cs in (ones, mixed, ones[:1]):
+        got = nested._payoff_columns(cs, S, np)
+        ref = np.stack([x.payoff_value(S) for x in cs], axis=-1)
+        assert got.shape == (7, len(cs)) and got.dtype == ref.dtype and np.array_equal(got, ref)
+
