@@ -1,11 +1,12 @@
-"""One outer chunk of bench_desk's desk (or, with ``--paper``, bench_cva's paper-scale run) timed under two source
-trees of this repository, in alternating processes on the same GPU, and its values checked bitwise between them:
-what a change to the host's work per chunk gains, measured on one machine (a chunk's time moves by a third from one
-lent machine to the next, so two trees are compared in one call, not against an earlier run).
+"""One outer chunk of bench_desk's desk (or, with ``--paper``, bench_cva's paper-scale run) timed under two or more
+source trees of this repository, in alternating processes on the same GPU, and its values checked bitwise against
+the first tree's: what a change to the work per chunk gains, measured on one machine (a chunk's time moves by a
+third from one lent machine to the next, so the trees are compared in one call, not against an earlier run).
 
 Usage::
 
-    python benchmarks/tools/compare_chunk.py OLD_TREE NEW_TREE [--sizes 256 4096] [--rounds 2] [--repeat 3] [--paper]
+    python benchmarks/tools/compare_chunk.py OLD_TREE NEW_TREE [MORE_TREES ...] [--sizes 256 4096] [--rounds 2]
+                                             [--repeat 3] [--paper]
 
 Per tree and size: every timed run's wall seconds (a chunk computed as a run's is,
 :func:`cva.engine.nested.timed_chunk` with the run's aggregation, after a warm-up of each size in its process).
@@ -63,12 +64,14 @@ json.dump(seconds, open(out + ".json", "w"))
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("trees", nargs=2, type=Path, help="the old and the new source tree")
+    ap.add_argument("trees", nargs="+", type=Path, help="the source trees, the reference first")
     ap.add_argument("--sizes", type=int, nargs="+", default=[256, 4096])
     ap.add_argument("--rounds", type=int, default=2, help="processes per tree, alternating")
     ap.add_argument("--repeat", type=int, default=3, help="timed chunks per size and process")
     ap.add_argument("--paper", action="store_true")
     args = ap.parse_args(argv)
+    if len(args.trees) < 2:
+        ap.error("give at least two source trees")
     seconds = {str(t): {L: [] for L in args.sizes} for t in args.trees}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -79,12 +82,13 @@ def main(argv=None):
                 for L, ts in json.load(open(out + ".json")).items():
                     seconds[str(tree)][int(L)] += ts
         same = {L: all(np.array_equal(np.load(os.path.join(tmp, f"0_{r}_{L}.npy")),
-                                      np.load(os.path.join(tmp, f"1_{r}_{L}.npy"))) for r in range(args.rounds))
+                                      np.load(os.path.join(tmp, f"{i}_{r}_{L}.npy")))
+                       for r in range(args.rounds) for i in range(1, len(args.trees)))
                 for L in args.sizes}
     for L in args.sizes:
         row = "  ".join(f"{t}: median {np.median(seconds[str(t)][L]):.3f} s (" +
                         ", ".join(f"{s:.3f}" for s in seconds[str(t)][L]) + ")" for t in args.trees)
-        print(f"outer {L}: {row}; bitwise {same[L]}", flush=True)
+        print(f"outer {L}: {row}; bitwise the first tree's: {same[L]}", flush=True)
     return seconds, same
 
 
