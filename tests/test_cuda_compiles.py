@@ -47,6 +47,7 @@ INSTANCES = {
                                         "affine_exercise<double, double, int>"],
     ENGINE_DIR / "gram_equations.cu": ["gram_equations<float>", "gram_equations<double>"],
     ENGINE_DIR / "euler_contributions.cu": ["euler_contributions<double>"],
+    ENGINE_DIR / "solver_stats.cu": ["solver_stats<float>", "solver_stats<double>"],
     ENGINE_DIR / "stopped_cashflows.cu": ["stopped_cashflows<float, double, unsigned short>",
                                           "stopped_cashflows<double, double, unsigned char>",
                                           "stopped_cashflows<float, float, int>"],

@@ -376,3 +376,45 @@ def test_a_dates_payoffs_in_one_pass_are_each_contracts_own(rng, dtype):
         ref = np.stack([x.payoff_value(S) for x in cs], axis=-1)
         assert got.shape == (7, len(cs)) and got.dtype == ref.dtype and np.array_equal(got, ref)
 
+
+def _solver_report(rng, n, dtype=np.float32):
+    """A solver report of n systems: every method code, discarded eigenvalues, failures, and NaN and infinite
+    residuals among finite ones."""
+    import linalg_gpu as lg
+
+    res = rng.uniform(0.0, 1e-5, n).astype(dtype)
+    res[rng.uniform(size=n) < 0.1] = np.nan
+    res[rng.uniform(size=n) < 0.05] = np.inf
+    zeros = np.zeros(n)
+    return lg.SolverReport(method_code=rng.integers(0, 4, n).astype(np.int8), residual=res,
+                           n_discarded=rng.integers(0, 3, n).astype(np.int32), cond_estimate=zeros,
+                           breakdown=zeros.astype(bool), ok=rng.uniform(size=n) > 0.2, nonfinite=zeros.astype(bool),
+                           start_method="ldlt", rtol=1e-5, cond_max=1e5)
+
+
+def test_a_dates_solver_statistics_are_its_reports(rng):
+    """DateStats keeps each Longstaff-Schwartz call's solver statistics (nested.solver_stats; on the CPU its twin)
+    and reads them at the end: a date's row has the systems and regressions of its calls, each method's count
+    (SolverReport.counts), the eigenvalues discarded, the failures and the largest finite residual of all its
+    reports, as numpy gives them from the reports one by one."""
+    from types import SimpleNamespace
+
+    calls = {1: [([_solver_report(rng, 40), None, _solver_report(rng, 40)], 3), ([_solver_report(rng, 7)], 1)],
+             2: [([_solver_report(rng, 5, np.float64)], 2)]}
+    stats = nested.DateStats(3)
+    for g, made in calls.items():
+        for reps, contracts in made:
+            stats.add(g, SimpleNamespace(reports=reps, conditions=[]), contracts)
+    rows = stats.to_json()["rows"]
+    assert rows[0]["systems"] == 0 and rows[0]["max_residual"] == 0.0
+    for g, made in calls.items():
+        reps = [r for rs, _ in made for r in rs if r is not None]
+        res = np.concatenate([r.residual.astype(np.float64) for r in reps])
+        assert rows[g]["systems"] == sum(r.residual.size for r in reps)
+        assert rows[g]["regressions"] == sum(c * sum(r is not None for r in rs) for rs, c in made)
+        for name in ("ldlt", "householder_pcr", "eig_truncate", "none"):
+            assert rows[g][name] == sum(r.counts()[name] for r in reps)
+        assert rows[g]["discarded"] == sum(int(r.n_discarded.sum()) for r in reps)
+        assert rows[g]["failed"] == sum(int((~r.ok).sum()) for r in reps)
+        assert rows[g]["max_residual"] == res[np.isfinite(res)].max()
+

@@ -33,7 +33,7 @@ import linalg_gpu as lg
 from cva.engine import basis, diagnostics
 from cva.engine.diagnostics import DESIGN_SAMPLE, DESIGN_STACKS
 from cva.engine.estimators import Level, allocate, combine, level_table
-from cva.engine.lsm import Deferred, StageClock, longstaff_schwartz, stopped_cashflows
+from cva.engine.lsm import CUDA_DIR, Deferred, StageClock, longstaff_schwartz, stopped_cashflows
 from cva.engine.plan import bytes_per_outer_path, exercise_code_dtype, level_specs
 from cva.instruments.analytic import black_scholes_columns
 from cva.instruments.products import stacked_payoff
@@ -64,23 +64,14 @@ class DateStats:
 
     def add(self, g, result, contracts=1):
         """A Longstaff-Schwartz result of ``contracts`` contracts stacked in its batch: its reports reduced where
-        they are (counts per method, worst finite residual, discarded eigenvalues, failures) and kept there, read
-        with the others' in one transfer by :meth:`to_json` (a read per call would stop the GPU's queue)."""
+        they are (:func:`solver_stats`) and kept there, read with the others' in one transfer by :meth:`to_json`
+        (a read per call would stop the GPU's queue)."""
         reps = [rep for rep in result.reports if rep is not None]
         self._conditions.append((g, result.conditions))     # (filled by the call's read: lsm.Deferred)
         if not reps:
             return
-        xp = get_array_module(reps[0].residual)
-        res = xp.concatenate([rep.residual.ravel() for rep in reps]).astype(np.float64)
-        code = xp.concatenate([rep.method_code.ravel() for rep in reps])                          # int8
-        discarded = xp.concatenate([rep.n_discarded.ravel() for rep in reps]).astype(np.float64)
-        ok = xp.concatenate([rep.ok.ravel() for rep in reps])
-        worst = xp.where(xp.isfinite(res), res, 0.0).max()                      # (residuals are >= 0)
-        tail = xp.stack([worst, discarded.sum(), (~ok.astype(bool)).sum().astype(np.float64)])
-        n = len(lg.SolverReport.CODES)
-        counts = (code[None] == xp.arange(n, dtype=code.dtype)[:, None]).sum(axis=1).astype(np.float64)  # (no
-        # bincount: it reads the largest code, a stop of the GPU's queue)
-        self._pending.append((g, int(res.size), contracts * len(reps), xp.concatenate([counts, tail])))
+        systems = sum(int(rep.residual.size) for rep in reps)
+        self._pending.append((g, systems, contracts * len(reps), solver_stats(reps)))
 
     def _collect(self):
         """The reductions kept by :meth:`add`, read in one transfer into the rows, and the calls' condition numbers
@@ -93,17 +84,16 @@ class DateStats:
         if not self._pending:
             return
         xp = get_array_module(self._pending[0][3])
-        values = _host(xp.stack([v for *_, v in self._pending]))
-        n = len(lg.SolverReport.CODES)
+        values = _host(xp.stack([v for *_, v in self._pending]))                          # (calls, 7) uint64
         for (g, systems, regressions, _), v in zip(self._pending, values, strict=True):
             row = self.rows[g]
             row["systems"] += systems
             row["regressions"] += regressions
             for k, name in enumerate(lg.SolverReport.CODES):
                 row[name] += int(v[k])
-            row["max_residual"] = max(row["max_residual"], float(v[n]))
-            row["discarded"] += int(v[n + 1])
-            row["failed"] += int(v[n + 2])
+            row["max_residual"] = max(row["max_residual"], float(v[6:7].view(np.float64)[0]))
+            row["discarded"] += int(v[4])
+            row["failed"] += int(v[5])
         self._pending = []
 
     def add_design(self, g, rows):
@@ -122,6 +112,41 @@ class DateStats:
             self.cond[g].extend(cond)
         for g, rows in enumerate(state.get("design", [])):
             self.design[g].extend(rows)
+
+
+def solver_stats(reports):
+    """The statistics of a Longstaff-Schwartz call's solver reports, where they are: (7,) uint64, the systems per
+    method code 0 .. 3 (:attr:`linalg_gpu.SolverReport.CODES`), the eigenvalues discarded, the systems not ok, and
+    the bits of the largest finite residual (a non-negative float64; 0 where none is finite). On the GPU one launch
+    per report (``cuda/solver_stats.cu``) into one zeroed array, else :func:`solver_stats_twin`."""
+    xp = get_array_module(reports[0].residual)
+    if xp is np:
+        return solver_stats_twin(reports)
+    from linalg_gpu._kernels import get_function, grid_blocks
+
+    out = xp.zeros(7, dtype=np.uint64)
+    fn = get_function("solver_stats.cu", "solver_stats", reports[0].residual.dtype, cuda_dir=CUDA_DIR)
+    for rep in reports:
+        n = rep.residual.size
+        if n:
+            fn((grid_blocks(n),), (256,), (xp.ascontiguousarray(rep.residual), xp.ascontiguousarray(rep.method_code),
+                                           xp.ascontiguousarray(rep.n_discarded, dtype=np.int32),
+                                           xp.ascontiguousarray(rep.ok), np.int64(n), out))
+    return out
+
+
+def solver_stats_twin(reports):
+    """numpy twin of ``cuda/solver_stats.cu`` (:func:`solver_stats`)."""
+    res = np.concatenate([np.asarray(rep.residual, dtype=np.float64).ravel() for rep in reports])
+    code = np.concatenate([np.asarray(rep.method_code).ravel() for rep in reports])
+    out = np.zeros(7, dtype=np.uint64)
+    out[:4] = [(code == k).sum() for k in range(4)]
+    out[4] = sum(int(np.asarray(rep.n_discarded).sum()) for rep in reports)
+    out[5] = sum(int((~np.asarray(rep.ok, dtype=bool)).sum()) for rep in reports)
+    finite = res[np.isfinite(res)]
+    worst = float(finite.max()) if finite.size else 0.0
+    out[6:7] = np.array([worst if worst > 0 else 0.0]).view(np.uint64)
+    return out
 
 
 class ExerciseTimes:
