@@ -1,7 +1,8 @@
 """One outer chunk of bench_desk's desk (or, with ``--paper``, bench_cva's paper-scale run) timed under two or more
-source trees of this repository, in alternating processes on the same GPU, and its values checked bitwise against
-the first tree's: what a change to the work per chunk gains, measured on one machine (a chunk's time moves by a
-third from one lent machine to the next, so the trees are compared in one call, not against an earlier run).
+source trees of this repository, in alternating processes on the same GPU, and its values and solver statistics
+checked against the first tree's (bitwise): what a change to the work per chunk gains, measured on one machine (a
+chunk's time moves by a third from one lent machine to the next, so the trees are compared in one call, not against
+an earlier run).
 
 Usage::
 
@@ -49,15 +50,16 @@ M, splits = level_specs(cfg)[-1]
 def chunk(L):
     xp.cuda.Device().synchronize()
     t0 = time.perf_counter()
-    values = timed_chunk(cfg, plan, model, xp, 0, L, M, splits, 0, book.aggregate)[0]
-    return time.perf_counter() - t0, values
+    values, stats = timed_chunk(cfg, plan, model, xp, 0, L, M, splits, 0, book.aggregate)[:2]
+    return time.perf_counter() - t0, values, stats
 for L in sizes:
     chunk(L)
 seconds = {}
 for L in sizes:
     runs = [chunk(L) for _ in range(repeat)]
-    seconds[L] = [t for t, _ in runs]
+    seconds[L] = [t for t, _, _ in runs]
     np.save(f"{out}_{L}.npy", runs[-1][1])
+    json.dump(runs[-1][2], open(f"{out}_{L}_stats.json", "w"))
 json.dump(seconds, open(out + ".json", "w"))
 '''
 
@@ -81,8 +83,12 @@ def main(argv=None):
                                 str(args.repeat), "1" if args.paper else "0", out], check=True)
                 for L, ts in json.load(open(out + ".json")).items():
                     seconds[str(tree)][int(L)] += ts
+        def stats(i, r, L):
+            return json.load(open(os.path.join(tmp, f"{i}_{r}_{L}_stats.json")))
+
         same = {L: all(np.array_equal(np.load(os.path.join(tmp, f"0_{r}_{L}.npy")),
                                       np.load(os.path.join(tmp, f"{i}_{r}_{L}.npy")))
+                       and stats(0, r, L) == stats(i, r, L)
                        for r in range(args.rounds) for i in range(1, len(args.trees)))
                 for L in args.sizes}
     for L in args.sizes:
