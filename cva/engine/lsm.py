@@ -434,24 +434,24 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
     s = len(Vs) - 1
     n = 2 ** s
     cache = {} if cache is None else cache
-    extra = [] if basis is None else [None] * (1 + bool(basis.payoff_regressor))     # (1[, h / c])
+    extra = 0 if basis is None else 1 + bool(basis.payoff_regressor)             # psi's columns 1[, h / c] in F
     F = cache.get("F")                                     # (B, M, e): one call's dates share it, the 1 written once
-    if F is None or F.shape != (B, M, len(extra) + len(Vs)) or F.dtype != Z.dtype:
-        F = cache["F"] = xp.empty((B, M, len(extra) + len(Vs)), dtype=Z.dtype)
+    if F is None or F.shape != (B, M, extra + len(Vs)) or F.dtype != Z.dtype:
+        F = cache["F"] = xp.empty((B, M, extra + len(Vs)), dtype=Z.dtype)
         if extra:
             F[..., 0] = 1
-    if len(extra) > 1:
+    if extra > 1:
         F[..., 1] = basis.payoff_column(h)
     for k, v in enumerate(Vs):
-        F[..., len(extra) + k] = v
+        F[..., extra + k] = v
     w = None if mask is None else _parts(mask.astype(Z.dtype), n)
-    v0 = d + len(extra)                                                            # V_0's column
+    v0 = d + extra                                                                 # V_0's column
     G = strided.concat_gram(_parts(Z, n), _parts(F, n), w, alpha=n / M, rows=v0)  # (B n, v0, d + e)
     idx = list(range(d)) if basis is None else [d, *range(d), *range(d + 1, v0)]   # psi's order: 1, x[, h / c]
-    key = (d, len(extra), basis is None, Z.dtype.str)             # (one call's: the same for all its dates)
+    key = (d, extra, basis is None, Z.dtype.str)             # (one call's: the same for all its dates)
     if basis is not None and ("scale", key) not in cache:          # psi's factors 1 / scale: (groups, p) rows
         inv = basis.inverse_scale(d)                                               # (d,) or (groups, d)
-        rows = np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv, np.ones(inv.shape[:-1] + (len(extra) - 1,))],
+        rows = np.concatenate([np.ones(inv.shape[:-1] + (1,)), inv, np.ones(inv.shape[:-1] + (extra - 1,))],
                               axis=-1)
         cache["scale", key] = xp.asarray(rows.reshape(-1, len(idx)), dtype=Z.dtype)
     scale = cache["scale", key] if basis is not None else None

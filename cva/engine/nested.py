@@ -424,9 +424,9 @@ def stack_size(G, d, N) -> int:
 
 def _asset_steps(S, idx, assets, xp):
     """The slices S[:, :, idx, a] (L, M, N) of the assets ``assets`` (one per stacked contract) as one batch
-    (len(assets) L, M, N, 1), in one gather however many contracts (after one of the dates where they are not
-    consecutive): a copy per contract cost one launch each where the slices are 2 MB or more (cupy's concatenate;
-    about 5800 per chunk of 4096 outer paths of the desk benchmark)."""
+    (len(assets) L, M, N, 1), in one gather however many contracts (after one gather of the dates where they are
+    not consecutive): a copy per contract cost one launch each where the slices are 2 MB or more (cupy's
+    concatenate; about 5800 per chunk of 4096 outer paths of the desk benchmark)."""
     if len(assets) == 1:
         return _steps(S[..., assets[0]:assets[0] + 1], idx)
     L, M = S.shape[:2]
