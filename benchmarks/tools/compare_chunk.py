@@ -7,10 +7,13 @@ an earlier run).
 Usage::
 
     python benchmarks/tools/compare_chunk.py OLD_TREE NEW_TREE [MORE_TREES ...] [--sizes 256 4096] [--rounds 2]
-                                             [--repeat 3] [--paper]
+                                             [--repeat 3] [--paper] [--processes 1]
 
 Per tree and size: every timed run's wall seconds (a chunk computed as a run's is,
-:func:`cva.engine.nested.timed_chunk` with the run's aggregation, after a warm-up of each size in its process).
+:func:`cva.engine.nested.timed_chunk` with the run's aggregation, after a warm-up of each size in its process). With
+``--processes 2`` two processes of each tree run side by side on the one GPU, timed once both are warm: for chunks
+bound by the host (256 outer paths of the desk: 0.2 s of kernels) the host's work as two cluster workers on one
+machine do it.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 WORKER = r'''
-import json, sys, time
+import json, os, sys, time
 import numpy as np
 tree, sizes, repeat, paper, out = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]), \
     sys.argv[4] == "1", sys.argv[5]
+barrier, processes = sys.argv[6], int(sys.argv[7])
 sys.path[:0] = [tree, tree + "/benchmarks"]
 from bench_cva import config as paper_config
 from bench_desk import desk
@@ -54,6 +58,9 @@ def chunk(L):
     return time.perf_counter() - t0, values, stats
 for L in sizes:
     chunk(L)
+open(os.path.join(barrier, os.path.basename(out)), "w").close()       # warm: wait for the others
+while len(os.listdir(barrier)) < processes:
+    time.sleep(0.01)
 seconds = {}
 for L in sizes:
     runs = [chunk(L) for _ in range(repeat)]
@@ -71,6 +78,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=2, help="processes per tree, alternating")
     ap.add_argument("--repeat", type=int, default=3, help="timed chunks per size and process")
     ap.add_argument("--paper", action="store_true")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="processes of a tree side by side on the GPU, timed from when all are warm (the host's "
+                         "work when two workers share a machine)")
     args = ap.parse_args(argv)
     if len(args.trees) < 2:
         ap.error("give at least two source trees")
@@ -78,11 +88,18 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for i, tree in enumerate(args.trees):
-                out = os.path.join(tmp, f"{i}_{r}")
-                subprocess.run([sys.executable, "-c", WORKER, str(tree.resolve()), ",".join(map(str, args.sizes)),
-                                str(args.repeat), "1" if args.paper else "0", out], check=True)
-                for L, ts in json.load(open(out + ".json")).items():
-                    seconds[str(tree)][int(L)] += ts
+                barrier = os.path.join(tmp, f"barrier_{i}_{r}")
+                os.mkdir(barrier)
+                outs = [os.path.join(tmp, f"{i}_{r}" + (f"_p{k}" if k else "")) for k in range(args.processes)]
+                procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(tree.resolve()),
+                                           ",".join(map(str, args.sizes)), str(args.repeat),
+                                           "1" if args.paper else "0", out, barrier, str(args.processes)])
+                         for out in outs]
+                if any(p.wait() for p in procs):
+                    raise SystemExit(f"a worker process of {tree} failed")
+                for out in outs:
+                    for L, ts in json.load(open(out + ".json")).items():
+                        seconds[str(tree)][int(L)] += ts
         def stats(i, r, L):
             return json.load(open(os.path.join(tmp, f"{i}_{r}_{L}_stats.json")))
 
