@@ -418,3 +418,43 @@ def test_a_dates_solver_statistics_are_its_reports(rng):
         assert rows[g]["failed"] == sum(int((~r.ok).sum()) for r in reps)
         assert rows[g]["max_residual"] == res[np.isfinite(res)].max()
 
+
+def test_a_plans_date_schedule_values_each_contract_where_it_is_needed():
+    """nested.date_schedule on the desk benchmark's plan (400 trades, 10 assets; kept on the plan, a sub-plan of
+    some trades gets its own): at each grid date every contract alive and needed there (a value date, or one of its
+    exercise dates) is in exactly one of mature (at its last exercise date), closed form, inner paths; the stacks
+    partition the inner ones, share their later exercise dates, and split their members by whether the date is one
+    of their exercise dates."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_desk import desk
+
+    from cva.engine.plan import build_plan
+    from cva.io.config import load_config
+    from cva.xva.sensitivities import _subplan
+
+    cfg = load_config(desk(20, 40, 400, 10, 24, 64, 16, "cpu", "float64", False))
+    plan = build_plan(cfg)
+    rows = nested.date_schedule(plan, cfg.d)
+    assert nested.date_schedule(plan, cfg.d) is rows and len(rows) == len(plan.grid)
+    values = set(int(g) for g in plan.value_index)
+    for g, (k, mature, closed, inner, stacks) in enumerate(rows):
+        assert k == (list(plan.value_index).index(g) if g in values else -1)
+        needed = [ci for ci, ix in enumerate(plan.exercise_index) if g <= ix[-1] and (g in values or g in ix)]
+        assert sorted(mature + closed + inner) == needed
+        assert all(plan.exercise_index[ci][-1] == g for ci in mature)
+        assert all(plan.closed_form[ci] and plan.exercise_index[ci][-1] > g for ci in closed)
+        assert sorted(ci for members, *_ in stacks for ci in members) == sorted(inner)
+        for members, later, now, later_only in stacks:
+            for ci in members:
+                ix = plan.exercise_index[ci]
+                assert np.array_equal(ix[ix > g], later)
+            assert sorted(now + later_only) == list(range(len(members)))
+            assert all((g in plan.exercise_index[members[p]]) == (p in now) for p in range(len(members)))
+    sub = _subplan(plan, [3, 1, 250])
+    sub_rows = nested.date_schedule(sub, cfg.d)
+    assert sub_rows is not rows
+    assert {ci for _, mature, closed, inner, _ in sub_rows for ci in mature + closed + inner} <= {0, 1, 2}
+
