@@ -381,10 +381,10 @@ def date_schedule(plan, d):
     """Per grid date g of ``plan`` on a market of d assets: (its column in the value cube or -1, the contracts at
     their maturity (valued by their payoff), those valued in closed form, those valued by inner paths, and these in
     their stacks (:func:`_stacks`) as (members, their later exercise dates, the members' positions exercisable at g,
-    the others')). The same for every chunk: computed once per plan and d, and kept on the plan (0.05-0.08 s per
-    chunk of the desk benchmark's host time, 400 contracts on 72 dates, on a 2-CPU machine, when it was done per
-    chunk)."""
-    kept = vars(plan).setdefault("_date_schedules", {})
+    the others')). The same for every chunk: computed once per plan and d, kept in ``plan.date_schedules``
+    (0.05-0.08 s per chunk of the desk benchmark's host time, 400 contracts on 72 dates, on a 2-CPU machine, when it
+    was done per chunk)."""
+    kept = plan.date_schedules
     if d in kept:
         return kept[d]
     column = -np.ones(len(plan.grid), dtype=int)

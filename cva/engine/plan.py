@@ -3,7 +3,7 @@ the estimator, the memory per outer path and the chunk size, and the run's cost 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,8 @@ class Plan:
     exposure_cols: np.ndarray         # (K,) each exposure date's column of the value cube
     margin_cols: np.ndarray | None    # (K,) the column of t_k - MPR, -1 where it is not after 0; None: no CSA
     keeps_exercise_times: bool = False  # bumped markets exercise the inner paths when the base did (sensitivities)
+    date_schedules: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # per number of
+    # assets, cva.engine.nested.date_schedule's, made on first use (a plan made by dataclasses.replace starts empty)
 
     @property
     def dates(self) -> np.ndarray:
