@@ -10,10 +10,10 @@ Usage::
                                              [--repeat 3] [--paper] [--processes 1]
 
 Per tree and size: every timed run's wall seconds (a chunk computed as a run's is,
-:func:`cva.engine.nested.timed_chunk` with the run's aggregation, after a warm-up of each size in its process). With
-``--processes 2`` two processes of each tree run side by side on the one GPU, timed once both are warm: for chunks
-bound by the host (256 outer paths of the desk: 0.2 s of kernels) the host's work as two cluster workers on one
-machine do it.
+:func:`cva.engine.nested.timed_chunk` with the run's aggregation, set up by the tree's ``profile_chunk.setup``, after
+a warm-up of each size in its process). With ``--processes 2`` two processes of each tree run side by side on the one
+GPU, timed once both are warm: for chunks bound by the host (256 outer paths of the desk: 0.2 s of kernels) the
+host's work as two cluster workers on one machine do it.
 """
 
 from __future__ import annotations
@@ -34,22 +34,11 @@ import numpy as np
 tree, sizes, repeat, paper, out = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]), \
     sys.argv[4] == "1", sys.argv[5]
 barrier, processes = sys.argv[6], int(sys.argv[7])
-sys.path[:0] = [tree, tree + "/benchmarks"]
-from bench_cva import config as paper_config
-from bench_desk import desk
-from cva.backend import resolve_backend
+sys.path[:0] = [tree, tree + "/benchmarks/tools"]
+from profile_chunk import setup                     # the tree's own: its config, plan, model, backend and book
 from cva.engine.nested import timed_chunk
-from cva.engine.plan import build_plan, level_specs
-from cva.io.config import load_config
-from cva.market.model import BlackScholes
-from cva.xva.desk import Book
-n = max(sizes)
-cfg = load_config(paper_config(n, 1024, "float32", "gpu", None) if paper
-                  else desk(20, 40, 400, 10, 24, n, 128, "gpu", "float32", False))
-xp, _ = resolve_backend("gpu")
-model = BlackScholes.from_market(cfg.market)
-plan = build_plan(cfg)
-book = Book.of_config(cfg, plan, model)
+from cva.engine.plan import level_specs
+cfg, plan, model, xp, book = setup(paper, max(sizes))
 M, splits = level_specs(cfg)[-1]
 def chunk(L):
     xp.cuda.Device().synchronize()
