@@ -105,7 +105,8 @@ def concat_gram(s, f=None, weights=None, *, alpha=1.0, rows=None):
     its first rows only, (B, rows, n).
 
     ``s`` (B, M, d), on the GPU read as it lies when its last axis is contiguous (one date's slice of the paths),
-    ``f`` (B, M, e) optional further columns, ``weights`` (B, M) optional (default ones). On the GPU the sums
+    ``f`` (B, M, e) optional further columns, ``weights`` (B, M) optional (default ones; a boolean mask is read
+    as 0 and 1, on the GPU without a cast). On the GPU the sums
     have a fixed order (``cuda/strided_gram.cu``): the same bits whatever B, unlike cuBLAS's batched products.
     """
     xp = get_array_module(s)
@@ -131,16 +132,18 @@ def concat_gram(s, f=None, weights=None, *, alpha=1.0, rows=None):
     lds, ss = strides
     out = xp.empty((B, rows, n), dtype=s.dtype)
     fc = None if f is None else xp.ascontiguousarray(f, dtype=s.dtype)
-    wc = None if weights is None else xp.ascontiguousarray(weights, dtype=s.dtype)
+    mask = weights is not None and weights.dtype == np.bool_                   # (read as 0 and 1 by the kernels)
+    wc = None if weights is None else xp.ascontiguousarray(weights, dtype=None if mask else s.dtype)
+    w_type = ("bool",) if mask else ()
     if n <= SMALL_GRAM_COLUMNS:                                        # a warp per set
-        get_function("strided_gram.cu", "concat_gram_small", s.dtype, n)(
+        get_function("strided_gram.cu", "concat_gram_small", s.dtype, n, *w_type)(
             (grid_blocks(32 * B, 256),), (256,), (np.uint64(s.data.ptr), np.int64(lds), np.int64(ss), np.int32(d),
                                                   np.uint64(0) if fc is None else fc, np.int32(e),
                                                   np.uint64(0) if wc is None else wc, out, np.int64(B), np.int32(M),
                                                   np.int32(rows), s.dtype.type(alpha)))
         return out
     tiles = -(-n // 32)
-    get_function("strided_gram.cu", "concat_gram", s.dtype)(
+    get_function("strided_gram.cu", "concat_gram", s.dtype, *w_type)(
         (B, -(-rows // 32) * tiles), (256,), (np.uint64(s.data.ptr), np.int64(lds), np.int64(ss), np.int32(d),
                                               np.uint64(0) if fc is None else fc, np.int32(e),
                                               np.uint64(0) if wc is None else wc, out, np.int32(M), np.int32(rows),

@@ -1,5 +1,5 @@
-"""Every CUDA source (linalg_gpu/cuda, cva/market/cuda, cva/engine/cuda) compiles with the machine's nvcc (CI has nvcc
-but no GPU)."""
+"""Every CUDA source (linalg_gpu/cuda, cva/market/cuda, cva/instruments/cuda, cva/engine/cuda) compiles with the
+machine's nvcc (CI has nvcc but no GPU)."""
 
 import shutil
 import subprocess
@@ -10,7 +10,8 @@ import pytest
 CUDA_DIR = Path(__file__).resolve().parents[1] / "linalg_gpu" / "cuda"
 ENGINE_DIR = Path(__file__).resolve().parents[1] / "cva" / "engine" / "cuda"
 MARKET_DIR = Path(__file__).resolve().parents[1] / "cva" / "market" / "cuda"
-CUDA_DIRS = (CUDA_DIR, MARKET_DIR, ENGINE_DIR)
+INSTRUMENTS_DIR = Path(__file__).resolve().parents[1] / "cva" / "instruments" / "cuda"
+CUDA_DIRS = (CUDA_DIR, MARKET_DIR, INSTRUMENTS_DIR, ENGINE_DIR)
 NVCC = shutil.which("nvcc")
 
 
@@ -36,10 +37,11 @@ INSTANCES = {
                      "eig_truncate_solve<float, 40>"],
     "eigh_jacobi.cu": ["eigh_jacobi<float, 8>", "eigh_jacobi<float, 11>", "eigh_jacobi<double, 5>"],
     "solve_flags.cu": ["first_stage_flags<float>", "screening_flags<double>", "scatter_stage<float>",
-                       "merge_stage<float>", "merge_stage<double>", "next_start_codes<int>"],
+                       "merge_later_stages<float>", "merge_later_stages<double>", "next_start_codes<int>"],
     "strided_gemv.cu": ["strided_gemv<float, 1>", "strided_gemv<double, 3>"],
-    "strided_gram.cu": ["concat_gram<float>", "concat_gram<double>", "concat_gram_small<float, 5>",
-                        "concat_gram_small<double, 6>"],
+    "strided_gram.cu": ["concat_gram<float>", "concat_gram<double>", "concat_gram<float, bool>",
+                        "concat_gram_small<float, 5>", "concat_gram_small<double, 6>",
+                        "concat_gram_small<float, 5, bool>"],
     ENGINE_DIR / "laguerre_lsm.cu": ["laguerre_normal_equations<double, 4>", "laguerre_normal_equations<float, 5>",
                                      "laguerre_fitted<double, 5>", "laguerre_fitted<float, 4>"],
     ENGINE_DIR / "affine_exercise.cu": ["affine_exercise<float, float, unsigned char>",
@@ -48,6 +50,7 @@ INSTANCES = {
     ENGINE_DIR / "gram_equations.cu": ["gram_equations<float>", "gram_equations<double>"],
     ENGINE_DIR / "euler_contributions.cu": ["euler_contributions<double>"],
     ENGINE_DIR / "solver_stats.cu": ["solver_stats<float>", "solver_stats<double>"],
+    INSTRUMENTS_DIR / "vanilla_payoff.cu": ["vanilla_payoff<float>", "vanilla_payoff<double>"],
     ENGINE_DIR / "stopped_cashflows.cu": ["stopped_cashflows<float, double, unsigned short>",
                                           "stopped_cashflows<double, double, unsigned char>",
                                           "stopped_cashflows<float, float, int>"],

@@ -637,14 +637,19 @@ def test_later_stages_on_the_whole_batch_route_as_the_gathered_ones(rng, codes, 
     start = rng.integers(0, 3, B).astype(np.int8) if codes else None
     rtol = 8 * n * np.finfo(float).eps
     x, cond, nd, ok, res, nonfinite, asym = robust._stage(np, stages[0], 1e5)(A, b, n, True, True)
-    code = np.full(B, robust.STAGES.index(stages[0]), np.int8)
+    code = np.full(B, 9, np.int8)                                     # (the flags' pass writes every code)
+    first = robust.STAGES.index(stages[0])
     _, redo, _ = robust.first_stage_flags((x, code, res, cond, ok), nonfinite, asym, start, rtol, 1e-10,
-                                          stages[0] == "ldlt")
+                                          stages[0] == "ldlt", first, nd)
+    assert (code == first).all()
     outs = [tuple(a.copy() for a in (x, code, res, cond, nd, ok)) for _ in range(2)]
     robust._later_stages(np, stages, A, b, True, 1e5, rtol, redo, start, outs[0])
-    robust._later_stages_whole(np, stages, A, b, True, 1e5, rtol, redo, start, outs[1])
+    redo0 = redo.copy()
+    nxt = robust._later_stages_whole(np, stages, A, b, True, 1e5, rtol, redo, start, outs[1], next_codes=True)
     for got, want in zip(outs[1], outs[0], strict=True):
         np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(redo, redo0)                       # (pending read, not changed)
+    np.testing.assert_array_equal(nxt, robust.next_start_codes(outs[0][1], outs[0][4], start))
     assert set(np.unique(outs[0][1])) >= {1, 2} and (outs[0][1] != code).any()
 
 

@@ -71,8 +71,10 @@ def main(argv=None):
             chunk(ctx, n)
         kernels = [e for e in prof.key_averages() if e.self_device_time_total > 0]
         total = sum(e.self_device_time_total for e in kernels) / 1e6
+        launches = sum(e.count for e in kernels)
         walls.append(wall)
-        print(f"outer {n}: wall {wall:.3f} s, kernels {total:.3f} s, result {values.nbytes / 1e6:.1f} MB, stages "
+        print(f"outer {n}: wall {wall:.3f} s, kernels {total:.3f} s ({launches} launches), "
+              f"result {values.nbytes / 1e6:.1f} MB, stages "
               + ", ".join(f"{k} {v:.3f}" for k, v in timings.items() if v > 0), flush=True)
         if n == args.sizes[0]:
             for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:args.top]:

@@ -58,7 +58,6 @@ class LSMResult:
     """
 
     value: object
-    stderr: object
     cashflow: object
     coefficients: list = field(default_factory=list)
     reports: list = field(default_factory=list)
@@ -66,6 +65,13 @@ class LSMResult:
     exercised: np.ndarray | None = None
     parts: list = field(default_factory=list)
     stopping: list = field(default_factory=list)
+
+    @property
+    def stderr(self):
+        """(B,) std(cashflow) / sqrt(M), formed when asked (the nested engine's inner calls never ask: three
+        launches each saved)."""
+        V = self.cashflow
+        return V.std(axis=1, ddof=1) / np.sqrt(V.shape[1])
 
 
 def _check(S, times, t0):
@@ -209,13 +215,13 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
                 stopping[depth] = xp.where(ex, stopping[depth].dtype.type(j), stopping[depth])
         coefficients[j] = betas[0]
         clock("exercise")
-    value, stderr, V, parts = _at_t0(Vs, times[0] - t0, rate)
+    value, V, parts = _at_t0(Vs, times[0] - t0, rate)
     counts = xp.stack(decisions).sum(axis=2, dtype=np.int64)          # (N, B); then (N,): two launches, each
     shares = counts / M if exercised_per_set else counts.sum(axis=1) / (B * M)  # with many outputs or short sums
     clock("exercise")
     conds = _condition_numbers(xp, [c for c in conditions if c is not None])
     clock("conditions")
-    result = LSMResult(value=value, stderr=stderr, cashflow=V, coefficients=coefficients, reports=reports,
+    result = LSMResult(value=value, cashflow=V, coefficients=coefficients, reports=reports,
                        conditions=conditions, parts=parts, stopping=stopping)
     call = (weakref.ref(result), conditions, shares, xp.stack(nonfinite).any(axis=1) if N > 1 else
             xp.zeros(0, dtype=bool), conds, times, rdt)       # (not the result: its cashflows and reports stay free)
@@ -278,14 +284,13 @@ def _condition_numbers(xp, As):
 
 
 def _at_t0(Vs, dt, rate):
-    """From each depth's cashflows (B, M) at the first exercise date, dt before it t0: the sets' values and
-    standard errors (B,), the whole sets' discounted cashflows (B, M) and per depth 1 .. s the parts' values."""
+    """From each depth's cashflows (B, M) at the first exercise date, dt before it t0: the sets' values (B,), the
+    whole sets' discounted cashflows (B, M) and per depth 1 .. s the parts' values."""
     B, M = Vs[0].shape
     Vs = [v * v.dtype.type(np.exp(-rate * dt)) for v in Vs]                         # (B, M) at t0
     V = Vs[0]
-    value, stderr = V.mean(axis=1), V.std(axis=1, ddof=1) / np.sqrt(M)
     parts = [Vs[depth].reshape(B, 2 ** depth, M // 2 ** depth).mean(axis=2) for depth in range(1, len(Vs))]
-    return value, stderr, V, parts
+    return V.mean(axis=1), V, parts
 
 
 def _continuations(Sj, X, basis_fn, h, betas, fused):
@@ -444,7 +449,7 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
         F[..., 1] = basis.payoff_column(h)
     for k, v in enumerate(Vs):
         F[..., extra + k] = v
-    w = None if mask is None else _parts(mask.astype(Z.dtype), n)
+    w = None if mask is None else _parts(mask, n)                # (boolean: read as 0 and 1, no cast)
     v0 = d + extra                                                                 # V_0's column
     G = strided.concat_gram(_parts(Z, n), _parts(F, n), w, alpha=n / M, rows=v0)  # (B n, v0, d + e)
     idx = list(range(d)) if basis is None else [d, *range(d), *range(d + 1, v0)]   # psi's order: 1, x[, h / c]
@@ -696,10 +701,10 @@ def stopped_cashflows(S, times, stopping, payoff_fn, rate, *, t0=0.0, regression
             Vs = [v * disc[j] for v in Vs]
             h = payoff_fn(S[:, :, j].astype(rdt, copy=False)).astype(S.dtype, copy=False)
             Vs = [xp.where(tau == j, h, v) for tau, v in zip(stopping, Vs, strict=True)]
-    value, stderr, V, parts = _at_t0(Vs, times[0] - t0, rate)
+    value, V, parts = _at_t0(Vs, times[0] - t0, rate)
     clock("exercise")
     clock.flush()
-    return LSMResult(value=value, stderr=stderr, cashflow=V, parts=parts)
+    return LSMResult(value=value, cashflow=V, parts=parts)
 
 
 _INDEX_DTYPES = (np.uint8, np.uint16, np.uint32, np.int32)           # the exercise indices the kernel takes as they are

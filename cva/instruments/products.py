@@ -9,6 +9,7 @@ quantity in the netting set. Everything here works on numpy and cupy arrays alik
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -109,6 +110,29 @@ def stacked_payoff(contracts, sets, xp):
         U = S[..., 0]
         if U.dtype not in rounded:
             rounded[U.dtype] = K.astype(U.dtype)
+        if xp is not np:
+            return vanilla_payoff_gpu(U, rounded[U.dtype], call)
         k, c = (rounded[U.dtype], call) if U.ndim == 2 else (rounded[U.dtype][:, :, None], call[:, :, None])
         return xp.maximum(xp.where(c, U - k, k - U), 0)
     return payoff
+
+
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"
+
+
+def vanilla_payoff_gpu(U, strikes, calls):
+    """max(+-(U - K), 0) per row of U (B, M) or (B, M, N) as it lies, ``strikes`` (B, 1) in U's dtype and ``calls``
+    (B, 1) bool: ``cuda/vanilla_payoff.cu``, one launch; numpy twin: :func:`stacked_payoff`'s operations."""
+    import cupy as cp
+
+    from linalg_gpu._kernels import get_function, grid_blocks
+
+    shape = U.shape if U.ndim == 3 else U.shape + (1,)
+    strides = [st // U.itemsize for st in U.strides] + ([0] if U.ndim == 2 else [])
+    out = cp.empty(U.shape, dtype=U.dtype)
+    if out.size:
+        get_function("vanilla_payoff.cu", "vanilla_payoff", U.dtype, cuda_dir=CUDA_DIR)(
+            (grid_blocks(out.size),), (256,),
+            (U, *(np.int64(st) for st in strides), cp.ascontiguousarray(strikes), cp.ascontiguousarray(calls), out,
+             *(np.int64(n) for n in shape)))
+    return out

@@ -1,19 +1,24 @@
-// The per-system bookkeeping of solve_small (small/robust.py; numpy twins: first_stage_flags and
-// scatter_stage there), fused into one pass each: one launch (and a 4-byte transfer) instead of about
+// The per-system bookkeeping of solve_small (small/robust.py; numpy twins: first_stage_flags, scatter_stage,
+// merge_later_stages and next_start_codes there), fused into one pass each: one launch (and a 4-byte transfer) instead of about
 // twenty elementwise kernels, reductions and boolean-mask assignments (0.3-0.6 ms per call at 2^20
 // systems, measured on the H100 before the first kernel; CuPy's x[~ok] = nan alone took 0.19 ms of
 // host time at 2048 systems).
 // first_stage_flags, after the first stage:
 //   breakdown = LDL^T failed on finite input (only when the stage is LDL^T)
 //   ok       &= the input is finite, and x = NaN where not ok (nr = n r entries per system)
-//   non-finite input: method code 3 ("none"), residual and condition estimate NaN
+//   codes     = the first stage's code `first`, or on non-finite input 3 ("none") with the residual and condition
+//               estimate NaN
+//   ndisc     = 0 where given (the first stage discards no eigenvalues: LDL^T, Householder + PCR), else null
 //   redo      = finite input and (not ok, or residual > rtol, or sent on by a per-system memory)
-//   any      |= 1 non-finite input, 2 |A - A^T| > asym_max max|A| on finite input, 4 not ok, 8 redo
+//   any      |= 1 non-finite input, 2 |A - A^T| > asym_max max|A| on finite input, 4 not ok, 8 redo (null: not
+//               wanted)
+// The codes and zeros written here spare solve_small a memset each per call.
 #include "common.cuh"
 
 template <typename T>
-__global__ void first_stage_flags(T* __restrict__ x, int nr, signed char* __restrict__ codes, T* __restrict__ resid,
-                                  T* __restrict__ cond, bool* __restrict__ ok, const bool* __restrict__ nonfinite,
+__global__ void first_stage_flags(T* __restrict__ x, int nr, signed char* __restrict__ codes, signed char first,
+                                  int* __restrict__ ndisc, T* __restrict__ resid, T* __restrict__ cond,
+                                  bool* __restrict__ ok, const bool* __restrict__ nonfinite,
                                   const T* __restrict__ asym,
                                   const signed char* __restrict__ start_codes, int use_codes, T rtol,
                                   T asym_max, int ldlt, bool* __restrict__ breakdown, bool* __restrict__ redo,
@@ -27,8 +32,9 @@ __global__ void first_stage_flags(T* __restrict__ x, int nr, signed char* __rest
         const bool re = !nf && (!(good && resid[s] <= rtol) || later);
         ok[s] = good;
         if (!good) for (int k = 0; k < nr; ++k) x[s * nr + k] = T(NAN);
+        codes[s] = nf ? 3 : first;
+        if (ndisc) ndisc[s] = 0;
         if (nf) {
-            codes[s] = 3;
             resid[s] = T(NAN);
             cond[s] = T(NAN);
         }
@@ -36,8 +42,10 @@ __global__ void first_stage_flags(T* __restrict__ x, int nr, signed char* __rest
         redo[s] = re;
         bits |= (nf ? 1u : 0u) | (!nf && asym[s] > asym_max ? 2u : 0u) | (good ? 0u : 4u) | (re ? 8u : 0u);
     }
-    bits = __reduce_or_sync(0xffffffffu, bits);
-    if ((threadIdx.x & 31) == 0 && bits) atomicOr(any, bits);
+    if (any) {                                                        // (the same for every thread)
+        bits = __reduce_or_sync(0xffffffffu, bits);
+        if ((threadIdx.x & 31) == 0 && bits) atomicOr(any, bits);
+    }
 }
 
 // The input screening of eigh_small (cuda/eigh_jacobi.cu, cuda/eigh_small.cu) reduced the same way to
@@ -82,30 +90,50 @@ __global__ void scatter_stage(const long long* __restrict__ idx, long long count
     }
 }
 
-// merge_stage, after a later stage of solve_small run on the whole batch (small n: no gathering, no read of
-// counts by the host): a system still pending takes the stage's results if it is the last stage, or if it
-// waits for no later stage (start code <= `code`, with per-system codes) and the stage solved it (ok and
-// residual <= rtol); x as NaN where the stage's ok is false, its method code becomes `code`, and it leaves
-// pending. One thread per system (nr entries of x each).
+// merge_later_stages, after the later stages of solve_small run on the whole batch (small n: no gathering, no read
+// of counts by the host), in one pass: a system still `pending` takes the results of Householder + PCR (the middle
+// stage, where it ran: xm non-null; code 1, no eigenvalue discarded) if it waits for no later stage (start code
+// <= 1, with per-system codes) and that stage solved it (ok and residual <= rtol), else those of the eigen-solve
+// (the last stage: code 2, its ok x finite); x as NaN where the stage's ok is false. With `next` non-null, every
+// system's start code for next time as next_start_codes gives it (a per-system SolverMemory's record). One launch
+// for what took five (two merges, the eigen-solve's ok in two, the record). One thread per system (nr entries of x
+// each).
 template <typename T>
-__global__ void merge_stage(int nr, const T* __restrict__ xs, const T* __restrict__ cs, const int* __restrict__ nds,
-                            const bool* __restrict__ oks, const T* __restrict__ rs, signed char code, int last, T rtol,
-                            const signed char* __restrict__ start_codes, int use_codes, bool* __restrict__ pending,
-                            T* __restrict__ x, signed char* __restrict__ codes, T* __restrict__ resid,
-                            T* __restrict__ cond, int* __restrict__ ndisc, bool* __restrict__ ok, long long batch)
+__global__ void merge_later_stages(int nr, const T* __restrict__ xm, const T* __restrict__ cm,
+                                   const bool* __restrict__ okm, const T* __restrict__ rm, const T* __restrict__ xl,
+                                   const T* __restrict__ cl, const int* __restrict__ ndl, const T* __restrict__ rl,
+                                   T rtol, const signed char* __restrict__ start_codes, int use_codes,
+                                   const bool* __restrict__ pending, T* __restrict__ x,
+                                   signed char* __restrict__ codes, T* __restrict__ resid, T* __restrict__ cond,
+                                   int* __restrict__ ndisc, bool* __restrict__ ok, signed char* __restrict__ next,
+                                   long long batch)
 {
     for (long long s = (long long)blockIdx.x * blockDim.x + threadIdx.x; s < batch;
          s += (long long)gridDim.x * blockDim.x) {
-        if (!pending[s]) continue;
-        const bool take = last || ((!use_codes || start_codes[s] <= code) && oks[s] && rs[s] <= rtol);
-        if (!take) continue;
-        for (int e = 0; e < nr; ++e) x[s * nr + e] = oks[s] ? xs[s * nr + e] : T(NAN);
-        codes[s] = code;
-        resid[s] = rs[s];
-        cond[s] = cs[s];
-        ndisc[s] = nds[s];
-        ok[s] = oks[s];
-        pending[s] = false;
+        if (pending[s]) {
+            const bool middle = xm && (!use_codes || start_codes[s] <= 1) && okm[s] && rm[s] <= rtol;
+            const T* xs = (middle ? xm : xl) + s * nr;
+            bool good = true;
+            if (middle) {
+                codes[s] = 1;
+                resid[s] = rm[s];
+                cond[s] = cm[s];
+                ndisc[s] = 0;
+            } else {
+                for (int e = 0; e < nr; ++e) good = good && isfinite(xs[e]);
+                codes[s] = 2;
+                resid[s] = rl[s];
+                cond[s] = cl[s];
+                ndisc[s] = ndl[s];
+            }
+            for (int e = 0; e < nr; ++e) x[s * nr + e] = good ? xs[e] : T(NAN);
+            ok[s] = good;
+        }
+        if (next) {
+            const signed char c = codes[s];
+            const bool need = c == 2 && (!use_codes || start_codes[s] < 2 || ndisc[s] > 0);
+            next[s] = need ? 2 : (c == 1 ? 1 : 0);
+        }
     }
 }
 

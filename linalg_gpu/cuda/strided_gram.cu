@@ -1,7 +1,8 @@
 // Weighted Gram matrices of rows made of two pieces, G[b] = alpha sum_m w[b, m] z_m z_m^T with
 // z_m = (s[b, m, 0 .. d-1], f[b, m, 0 .. e-1]), n = d + e: s's rows strided (s + b ss + m lds, as one date's slice
-// of paths lies), f contiguous (B, M, e), w contiguous (B, M) or null (all ones); only G's first ``rows`` rows are
-// formed, into out (B, rows, n) (the regressions need the regressors' rows, not the cashflows').
+// of paths lies), f contiguous (B, M, e), w contiguous (B, M) of T or of bool (a mask, read as 0 and 1 without a
+// cast) or null (all ones); only G's first ``rows`` rows are formed, into out (B, rows, n) (the regressions need the
+// regressors' rows, not the cashflows').
 //
 // One block per (set, 32 x 32 tile of G). The rows pass through shared memory 64 at a time (the next 64 read into
 // registers while the current ones are summed); each of four thread groups owns 16 of them and a thread
@@ -26,9 +27,9 @@ __device__ __forceinline__ void load4<double>(const double* p, double (&o)[4])
     o[0] = a.x; o[1] = a.y; o[2] = b.x; o[3] = b.y;
 }
 
-template <typename T>
+template <typename T, typename W = T>
 __global__ void __launch_bounds__(256) concat_gram(const T* __restrict__ s, long long lds, long long ss, int d,
-                                                   const T* __restrict__ f, int e, const T* __restrict__ w,
+                                                   const T* __restrict__ f, int e, const W* __restrict__ w,
                                                    T* __restrict__ out, int M, int rows, T alpha)
 {
     constexpr int TS = 32, RT = 64, PER = RT * TS / 256, GROUP_ROWS = RT / 4;
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(256) concat_gram(const T* __restrict__ s, long
     const T* pa = ca < d ? s + b * ss + ca : (ca < n ? fb + (ca - d) : nullptr);
     const T* pc = cc < d ? s + b * ss + cc : (cc < n ? fb + (cc - d) : nullptr);
     const long long sa = ca < d ? lds : e, sc = cc < d ? lds : e;
-    const T* wb = w ? w + b * (long long)M : nullptr;
+    const W* wb = w ? w + b * (long long)M : nullptr;
 
     T va[PER], vc[PER];
     auto fetch = [&](int m0) {
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(256) concat_gram(const T* __restrict__ s, long
             const bool in = m < M;
             T a = in && pa ? pa[m * sa] : T(0);
             vc[i] = in && pc ? pc[m * sc] : T(0);
-            if (wb && in) a *= wb[m];
+            if (wb && in) a *= T(wb[m]);
             va[i] = a;
         }
     };
@@ -126,10 +127,10 @@ __global__ void __launch_bounds__(256) concat_gram(const T* __restrict__ s, long
 // (__shfl_xor_sync, lane 0's order): the same bits whatever B, and whatever ``rows`` for the rows formed. The
 // 32 x 32 tiles of concat_gram would leave most of a block idle for n of one asset's slice and a few cashflows
 // (n = 5 in a desk's stacked one-asset regressions), with a block per set of a few dozen paths.
-template <typename T, int N>
+template <typename T, int N, typename W = T>
 __global__ void __launch_bounds__(256) concat_gram_small(const T* __restrict__ s, long long lds, long long ss,
                                                          int d, const T* __restrict__ f, int e,
-                                                         const T* __restrict__ w, T* __restrict__ out, long long B,
+                                                         const W* __restrict__ w, T* __restrict__ out, long long B,
                                                          int M, int rows, T alpha)
 {
     const int lane = threadIdx.x % 32;
@@ -137,7 +138,7 @@ __global__ void __launch_bounds__(256) concat_gram_small(const T* __restrict__ s
     for (long long b = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; b < B; b += warps) {   // a warp's sets
         const T* sb = s + b * ss;
         const T* fb = f ? f + b * (long long)M * e : nullptr;
-        const T* wb = w ? w + b * (long long)M : nullptr;
+        const W* wb = w ? w + b * (long long)M : nullptr;
         double acc[N][N];
 #pragma unroll
         for (int r = 0; r < N; ++r)
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(256) concat_gram_small(const T* __restrict__ s
             T z[N];
 #pragma unroll
             for (int c = 0; c < N; ++c) z[c] = c < d ? sb[m * lds + c] : fb[(long long)m * e + (c - d)];
-            const T wm = wb ? wb[m] : T(1);
+            const T wm = wb ? T(wb[m]) : T(1);
 #pragma unroll
             for (int r = 0; r < N; ++r) {
                 if (r < rows) {

@@ -221,10 +221,11 @@ def _launch_rows(fn, B, n, w, threads, args, itemsize, extra=0):
         fn(((B + spb - 1) // spb,), (threads,), args, shared_mem=shmem)
 
 
-def ldlt_stage(A, b, screen=False):
+def ldlt_stage(A, b, screen=False, zero_ndisc=True):
     """LDL^T factor + solve + residual (+ input screening) in one pass over A: cuda/ldlt.cu,
     ``ldlt_solve`` with ``_ldlt_lanes`` lanes per system for n <= ``LDLT_ROLLED_ABOVE``, else
-    ``ldlt_solve_rolled`` (a warp per system)."""
+    ``ldlt_solve_rolled`` (a warp per system). Without ``zero_ndisc`` the discarded eigenvalues' counts are left
+    unset (:func:`first_stage_flags` writes the zeros)."""
     import cupy as cp
 
     B, n, r = b.shape
@@ -242,7 +243,7 @@ def ldlt_stage(A, b, screen=False):
         # one warp per system; RowsSlot<T, N, 32, 2 V>: 32 bytes more per system
         fn = get_function("ldlt.cu", "ldlt_solve_rolled", A.dtype, n)
         _launch_rows(fn, B, n, 32, ROLLED_THREADS, args, A.dtype.itemsize, extra=32 // A.dtype.itemsize)
-    out = (x, cond, cp.zeros(B, dtype=np.int32), ok, resid)
+    out = (x, cond, (cp.zeros if zero_ndisc else cp.empty)(B, dtype=np.int32), ok, resid)
     return out + ((nonfinite, asym) if screen else ())
 
 
@@ -280,10 +281,11 @@ def _hh_layout(n):
     return (n * (n | 1) + 3) // 4 * 4, (n + 3) // 4 * 4
 
 
-def householder_pcr_stage(A, b):
+def householder_pcr_stage(A, b, zero_ndisc=True):
     """Householder + Q^T b + PCR (the Fig. 9 eliminations in stride form) + Q z + residual + screening:
     cuda/householder_pcr.cu, with ``_hh_lanes`` lanes per system (R rows per lane in registers;
-    ``THREADS`` per block, ``HH_WARP_THREADS`` for a warp per system)."""
+    ``THREADS`` per block, ``HH_WARP_THREADS`` for a warp per system). Without ``zero_ndisc`` the counts of
+    discarded eigenvalues are left unset (the bookkeeping kernels after it write the zeros)."""
     import cupy as cp
 
     B, n, r = b.shape
@@ -294,7 +296,7 @@ def householder_pcr_stage(A, b):
     fn = get_function("householder_pcr.cu", "householder_pcr_solve", A.dtype, n, w)
     _launch_rows(fn, B, n, w, THREADS if w < 32 else HH_WARP_THREADS,
                  (A, b, x, cond, resid, ok, nonfinite, asym, np.int64(B), np.int32(r)), A.dtype.itemsize)
-    return x, cond, cp.zeros(B, dtype=np.int32), ok, resid, nonfinite, asym
+    return x, cond, (cp.zeros if zero_ndisc else cp.empty)(B, dtype=np.int32), ok, resid, nonfinite, asym
 
 
 def _eig_bytes(n, itemsize, matrices=3):
@@ -310,8 +312,9 @@ def _eigh_matrices(n, itemsize):
     return 3 if itemsize == 4 and 16 < n <= 32 else 2
 
 
-def eig_truncate_stage(A, b, cond_max):
-    """Householder + divide and conquer + truncated solve + residual + screening: cuda/eigh_small.cu."""
+def eig_truncate_stage(A, b, cond_max, finite_ok=True):
+    """Householder + divide and conquer + truncated solve + residual + screening: cuda/eigh_small.cu. Its ok is x
+    finite; without ``finite_ok`` None (:func:`merge_later_stages` checks x itself)."""
     import cupy as cp
 
     B, n, r = b.shape
@@ -323,7 +326,7 @@ def eig_truncate_stage(A, b, cond_max):
     _launch(fn, B, n, _eig_bytes(n, A.dtype.itemsize),
             lambda spb: (A, b, x, cond, resid, ndisc, nonfinite, asym, tree, A.dtype.type(cond_max),
                          np.int64(B), np.int32(r), np.int32(spb)), lockstep=A.dtype.itemsize == 4)
-    return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)), resid, nonfinite, asym
+    return x, cond, ndisc, cp.isfinite(x).all(axis=(1, 2)) if finite_ok else None, resid, nonfinite, asym
 
 
 # eigh_small on the GPU: the thread-per-system Jacobi kernel (cuda/eigh_jacobi.cu) for n <= EIGH_JACOBI_MAX_N
@@ -366,24 +369,26 @@ def eigh_small(A):
     return w, V, nonfinite, asym
 
 
-def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt, read=True):
+def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt, first, ndisc=None, read=True):
     """cuda/solve_flags.cu: breakdown, redo and the four "any" flags (non-finite input, asymmetric
     input, failed, redo) of solve_small's first stage, its outputs ``out`` = (x, code, residual, cond,
-    ok) finished in place; numpy twin: ``robust.first_stage_flags``. Without ``read`` the flags are not
-    read (None): the host goes on without waiting for the solve."""
+    ok) finished in place (``code`` written whole: ``first``, the stage's code, or 3; ``ndisc``, where given, set
+    to 0); numpy twin: ``robust.first_stage_flags``. Without ``read`` the flags are neither formed nor read
+    (None): the host goes on without waiting for the solve."""
     import cupy as cp
 
     x, code, residual, cond, ok = out
     B = ok.size
     breakdown, redo = cp.empty(B, dtype=bool), cp.empty(B, dtype=bool)
-    anys = cp.zeros(1, dtype=np.uint32)
+    anys = cp.zeros(1, dtype=np.uint32) if read else None
     use = start_codes is not None
     codes = cp.asarray(start_codes) if use else redo          # int8 (B,) from SolverMemory; not read without
     fn = get_function("solve_flags.cu", "first_stage_flags", residual.dtype)
     if B:
         fn((min((B + 255) // 256, 1024),), (256,),
-           (x, np.int32(x.size // B), code, residual, cond, ok, nonfinite, asym, codes, np.int32(use),
-            residual.dtype.type(rtol), residual.dtype.type(asym_max), np.int32(ldlt), breakdown, redo, anys,
+           (x, np.int32(x.size // B), code, np.int8(first), np.uint64(0) if ndisc is None else ndisc, residual,
+            cond, ok, nonfinite, asym, codes, np.int32(use), residual.dtype.type(rtol),
+            residual.dtype.type(asym_max), np.int32(ldlt), breakdown, redo, np.uint64(0) if anys is None else anys,
             np.int64(B)))
     if not read:
         return breakdown, redo, None
@@ -409,23 +414,28 @@ def scatter_stage(out, sel, rows, stage_out, code):
        (idx, np.int64(count), np.int32(nr), xs, cs, nds, oks, rs, np.int8(code), x, codes, resid, cond, ndisc, ok))
 
 
-def merge_stage(out, stage_out, pending, code, last, rtol, start_codes):
-    """cuda/solve_flags.cu: the results of a later stage of solve_small run on the whole batch into ``out`` =
-    (x, code, residual, cond, n_discarded, ok) at the systems still ``pending`` that it solved (every pending
-    one if ``last``), which then leave ``pending`` (updated in place), in one launch; numpy twin:
-    ``robust.merge_stage``."""
+def merge_later_stages(out, middle, last, pending, rtol, start_codes, next_codes=False):
+    """cuda/solve_flags.cu: the results of solve_small's later stages run on the whole batch, ``middle`` (Householder
+    + PCR, or None where it did not run) and ``last`` (the eigen-solve; its ok may be None: x finite), as
+    (x, cond, n_discarded, ok, residual), into ``out`` = (x, code, residual, cond, n_discarded, ok) at the systems
+    ``pending`` (not changed), in one launch; with ``next_codes`` also returns every system's start code for next
+    time (a per-system SolverMemory's record, :func:`next_start_codes`), else None. numpy twin:
+    ``robust.merge_later_stages``."""
     import cupy as cp
 
     x, codes, resid, cond, ndisc, ok = out
-    xs, cs, nds, oks, rs = stage_out
     B = ok.size
+    nxt = cp.empty(B, dtype=np.int8) if next_codes else None
+    xm, cm, _, okm, rm = middle if middle is not None else (np.uint64(0),) * 5
+    xl, cl, ndl, _, rl = last
     use = start_codes is not None
-    fn = get_function("solve_flags.cu", "merge_stage", x.dtype)
+    fn = get_function("solve_flags.cu", "merge_later_stages", x.dtype)
     if B:
         fn((min((B + 255) // 256, 1024),), (256,),
-           (np.int32(x.size // B), xs, cs, nds, oks, rs, np.int8(code), np.int32(last), x.dtype.type(rtol),
+           (np.int32(x.size // B), xm, cm, okm, rm, xl, cl, ndl, rl, x.dtype.type(rtol),
             cp.asarray(start_codes) if use else pending, np.int32(use), pending, x, codes, resid, cond, ndisc, ok,
-            np.int64(B)))
+            np.uint64(0) if nxt is None else nxt, np.int64(B)))
+    return nxt
 
 
 def next_start_codes(code, ndisc, start):
@@ -457,13 +467,15 @@ def screening_flags(nonfinite, asym, asym_max):
     return bool(bits & 1), bool(bits & 2)
 
 
-def run_stage(stage, A, b, screen, cond_max):
+def run_stage(stage, A, b, screen, cond_max, lean=False):
     """The stage named ``stage`` of the robust strategy on the GPU (see the module docstring).
 
     Every kernel screens its input (NaN/Inf, asymmetry) while it stages A in shared memory;
-    the flags are returned for the first stage only.
-    """
+    the flags are returned for the first stage only. With ``lean`` what solve_small's bookkeeping kernels complete
+    is left to them: LDL^T's and Householder + PCR's counts of discarded eigenvalues (zeros) are not written, and
+    the eigen-solve's ok (x finite) is not formed (None) when ``screen`` is off (a later stage's)."""
     if stage == "ldlt":
-        return ldlt_stage(A, b, screen)
-    out = householder_pcr_stage(A, b) if stage == "householder_pcr" else eig_truncate_stage(A, b, cond_max)
+        return ldlt_stage(A, b, screen, zero_ndisc=not lean)
+    out = (householder_pcr_stage(A, b, zero_ndisc=not lean) if stage == "householder_pcr" else
+           eig_truncate_stage(A, b, cond_max, finite_ok=not (lean and not screen)))
     return out if screen else out[:5]

@@ -155,15 +155,18 @@ class SolverMemory:
             return "householder_pcr"
         return "ldlt"
 
-    def record(self, key, report):
+    def record(self, key, report, next_codes=None):
         """Remember what the systems of ``report`` needed under ``key``: a per-system memory keeps its codes
         where the report's are (on the GPU without a transfer, which would stop the host until the solve is
-        done; the counts of :meth:`summary` are read when asked for); a batch memory counts them on the host."""
+        done; the counts of :meth:`summary` are read when asked for), with the start codes for next time
+        ``next_codes`` where solve_small formed them (:func:`next_start_codes`); a batch memory counts them on the
+        host."""
         if self.per_system:
             code, nd = report.method_code.ravel(), report.n_discarded.ravel()
-            nxt = next_start_codes if get_array_module(code) is np else _gpu.next_start_codes
-            self._last[key] = {"start": report.start_method, "code": code,
-                               "start_codes": nxt(code, nd, report.start_codes)}
+            if next_codes is None:
+                nxt = next_start_codes if get_array_module(code) is np else _gpu.next_start_codes
+                next_codes = nxt(code, nd, report.start_codes)
+            self._last[key] = {"start": report.start_method, "code": code, "start_codes": next_codes}
             return
         code = _host(report.method_code).ravel()
         nd = _host(report.n_discarded).ravel()
@@ -250,13 +253,15 @@ def _relative_residual_bl(A, x, b, nA=None):
 _host = to_host
 
 
-def _stage(xp, stage, cond_max):
-    """The runner of one stage for the array module: (A, b, n, symmetrize, screen) -> tuple."""
+def _stage(xp, stage, cond_max, lean=False):
+    """The runner of one stage for the array module: (A, b, n, symmetrize, screen) -> tuple. ``lean``: on the GPU
+    leave to the bookkeeping kernels what they complete (:func:`linalg_gpu.small._gpu.run_stage`; numpy computes
+    it all)."""
     if xp is np:
         fn = {"ldlt": _ldlt_stage, "householder_pcr": _householder_pcr_stage,
               "eig_truncate": _make_eig_truncate_stage(cond_max)}[stage]
         return lambda A, b, n, symmetrize, screen: _run_stage(fn, A, b, n, symmetrize, screen)
-    return lambda A, b, n, symmetrize, screen: _gpu.run_stage(stage, A, b, screen, cond_max)
+    return lambda A, b, n, symmetrize, screen: _gpu.run_stage(stage, A, b, screen, cond_max, lean)
 
 
 def _run_stage(stage_fn, A, b, n, symmetrize, screen):
@@ -300,17 +305,20 @@ def next_start_codes(code, ndisc, start):
     return xp.where(need, 2, xp.where(code == 1, 1, 0)).astype(np.int8)
 
 
-def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt):
+def first_stage_flags(out, nonfinite, asym, start_codes, rtol, asym_max, ldlt, first, ndisc=None):
     """The bookkeeping of solve_small after its first stage (numpy twin of cuda/solve_flags.cu).
 
     Returns breakdown (LDL^T failed on finite input), redo (finite input that needs a later
     stage: not ok, residual > rtol, or a per-system memory's start code > 0) and the "any" flags
     (non-finite input, |A - A^T| > asym_max max|A| on finite input, not ok, redo). The stage's
     outputs ``out`` = (x (B, n, r), code, residual, cond, ok) are finished in place: ``ok`` and-ed
-    with the finiteness of the input, x NaN where not ok, and for non-finite input code 3 ("none")
-    with NaN residual and condition estimate.
+    with the finiteness of the input, x NaN where not ok, ``code`` the stage's code ``first``, and for
+    non-finite input code 3 ("none") with NaN residual and condition estimate; ``ndisc``, where given, zeros.
     """
     x, code, residual, cond, ok = out
+    code[...] = first
+    if ndisc is not None:
+        ndisc[...] = 0
     breakdown = ~ok & ~nonfinite if ldlt else np.zeros_like(ok)
     ok &= ~nonfinite
     x[~ok] = np.nan
@@ -340,7 +348,7 @@ def merge_stage(out, stage_out, pending, code, last, rtol, start_codes):
     """The results of a later stage run on the whole batch into ``out`` = (x, code, residual, cond,
     n_discarded, ok) at the systems still ``pending`` that it solved (ok, residual <= rtol, and with
     per-system ``start_codes`` a code <= ``code``; every pending system if ``last``), which then leave
-    ``pending`` (in place); numpy twin of cuda/solve_flags.cu merge_stage."""
+    ``pending`` (in place); a stage's part of :func:`merge_later_stages`."""
     xs, cs, nds, oks, rs = stage_out
     take = pending.copy()
     if not last:
@@ -349,6 +357,22 @@ def merge_stage(out, stage_out, pending, code, last, rtol, start_codes):
             take &= start_codes <= code
     scatter_stage(out, take, take, stage_out, code)
     pending &= ~take
+
+
+def merge_later_stages(out, middle, last, pending, rtol, start_codes, next_codes=False):
+    """The results of solve_small's later stages run on the whole batch into ``out`` = (x, code, residual, cond,
+    n_discarded, ok) at the systems ``pending`` (not changed): those of ``middle`` (Householder + PCR, or None
+    where it did not run; code 1, no eigenvalue discarded) where it solved the system and the start code allows
+    (:func:`merge_stage`), the rest those of ``last`` (the eigen-solve, code 2, its ok x finite); stages as
+    (x, cond, n_discarded, ok, residual). With ``next_codes`` returns the start codes for next time
+    (:func:`next_start_codes`), else None. numpy twin of cuda/solve_flags.cu merge_later_stages."""
+    pending = pending.copy()
+    if middle is not None:
+        xm, cm, _, okm, rm = middle
+        merge_stage(out, (xm, cm, np.zeros(okm.size, np.int32), okm, rm), pending, 1, False, rtol, start_codes)
+    xl, cl, ndl, _, rl = last
+    merge_stage(out, (xl, cl, ndl, np.isfinite(xl).all(axis=(1, 2)), rl), pending, 2, True, rtol, start_codes)
+    return next_start_codes(out[1], out[4], start_codes) if next_codes else None
 
 
 def _partition(xp, masks, n):
@@ -400,18 +424,16 @@ def _later_stages(xp, stages, Af, bf, symmetrize, cond_max, rtol, redo, start_co
             todo = xp.concatenate([todo, run[rejected]])
 
 
-def _later_stages_whole(xp, stages, Af, bf, symmetrize, cond_max, rtol, redo, start_codes, out):
-    """:func:`_later_stages` without gathering: each later stage runs on the whole batch and its results are
-    merged into ``out`` where a system still needs them (:func:`merge_stage`), so the host reads nothing. The
-    kernels solve each system on its own, so the results are those of the gathered batches, bit for bit; for
-    small n the stages' extra work costs less than the host's waits for the counts (``WHOLE_BATCH_MAX_N``)."""
-    merge = _gpu.merge_stage if xp is not np else merge_stage
+def _later_stages_whole(xp, stages, Af, bf, symmetrize, cond_max, rtol, redo, start_codes, out, next_codes=False):
+    """:func:`_later_stages` without gathering: each later stage runs on the whole batch and their results are
+    merged into ``out`` where a system still needs them (:func:`merge_later_stages`, one launch), so the host reads
+    nothing. The kernels solve each system on its own, so the results are those of the gathered batches, bit for
+    bit; for small n the stages' extra work costs less than the host's waits for the counts
+    (``WHOLE_BATCH_MAX_N``). Returns the start codes for next time with ``next_codes``, else None."""
+    merge = _gpu.merge_later_stages if xp is not np else merge_later_stages
     n = Af.shape[-1]
-    pending = redo.copy()
-    codes = None if start_codes is None else xp.asarray(start_codes)
-    for stage in stages[1:]:
-        res = _stage(xp, stage, cond_max)(Af, bf, n, symmetrize, False)
-        merge(out, res, pending, STAGES.index(stage), stage == stages[-1], rtol, codes)
+    res = [_stage(xp, stage, cond_max, lean=True)(Af, bf, n, symmetrize, False) for stage in stages[1:]]
+    return merge(out, res[0] if len(res) == 2 else None, res[-1], redo, rtol, start_codes, next_codes)
 
 
 def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,
@@ -508,18 +530,17 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     # The first stage runs on the whole batch and its outputs become the results; later stages
     # run on the systems that failed (gathered, i.e. compacted on the device) and are scattered back,
     # or for small systems on the whole batch, merged where a system needs them (_later_stages_whole).
-    x, cond, n_disc, ok, residual, nonfinite, asym = _stage(xp, stages[0], cond_max)(
+    x, cond, n_disc, ok, residual, nonfinite, asym = _stage(xp, stages[0], cond_max, lean=True)(
         Af, bf, n, assume_symmetric, True)
-    # a memset where the code is 0: cupy's fill kernel costs tens of microseconds of host time
     first = STAGES.index(stages[0])
-    code = xp.full(B, first, dtype=np.int8) if first else xp.zeros(B, dtype=np.int8)
+    code = xp.empty(B, dtype=np.int8)                                 # (written by the flags' pass)
     # the flags in one pass (on the GPU one kernel and one synchronization); with a per-system
     # memory, systems that needed a later stage last time go straight to it. Small systems on the GPU run the
     # later stages on the whole batch: with a report, no input checks, nothing is read and the host goes on
     whole = (xp is not np and len(stages) > 1 and n <= WHOLE_BATCH_MAX_N
              and (n <= 2 or Af.shape[0] <= WHOLE_BATCH_MAX_SYSTEMS))
     args = ((x, code, residual, cond, ok), nonfinite, asym, start_codes, rtol, C.SYMMETRY_RTOL * np.finfo(dt).eps,
-            stages[0] == "ldlt")
+            stages[0] == "ldlt", first, None if stages[0] == "eig_truncate" else n_disc)
     if xp is np:
         breakdown, redo, anys = first_stage_flags(*args)
     else:
@@ -530,9 +551,12 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
         any_nonfinite, any_asym, any_failed, any_redo = anys
         C.raise_for_flags(A, [A, b], ["A", "b"], check_finite and any_nonfinite, not assume_symmetric and any_asym,
                           "these systems flagged in the report")
-    if len(stages) > 1 and any_redo:
-        (_later_stages_whole if whole else _later_stages)(xp, stages, Af, bf, assume_symmetric, cond_max, rtol, redo,
-                                                          start_codes, (x, code, residual, cond, n_disc, ok))
+    out, next_codes = (x, code, residual, cond, n_disc, ok), None
+    if len(stages) > 1 and any_redo and whole:                        # (a per-system memory's record with them)
+        next_codes = _later_stages_whole(xp, stages, Af, bf, assume_symmetric, cond_max, rtol, redo, start_codes, out,
+                                         next_codes=memory is not None and memory.per_system)
+    elif len(stages) > 1 and any_redo:
+        _later_stages(xp, stages, Af, bf, assume_symmetric, cond_max, rtol, redo, start_codes, out)
 
     def shaped(a):                                                    # (a view costs host time)
         return a if a.shape == batch else a.reshape(batch)
@@ -541,7 +565,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
                           nonfinite=shaped(nonfinite), start_method=start, rtol=rtol,
                           cond_max=cond_max, key=key, start_codes=start_codes)
     if memory is not None:
-        memory.record(key, report)
+        memory.record(key, report, next_codes)
     x = x[..., :0] if no_rhs else x
     shape = batch + ((n,) if vec else x.shape[1:])
     x = x if x.shape == shape else x.reshape(shape)                   # (one view: cheaper than x[..., 0])

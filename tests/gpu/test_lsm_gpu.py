@@ -128,15 +128,19 @@ def test_strided_products_match_numpy(rng, dtype):
 def test_concat_gram_does_not_depend_on_the_batch(rng, dtype, n):
     """strided.concat_gram of a date's strided slice with further columns and weights (a warp per set at n = 5,
     more than one 32 x 32 tile at n = 70): the first B sets of a batch of 2B give bitwise what the B sets give
-    alone."""
+    alone; the weights as a boolean mask (read as 0 and 1 without a cast) give bitwise what their cast gives."""
     B, M, d = 300, 1000, n - 3
     S = cp.asarray(rng.standard_normal((2 * B, M, 3, d))).astype(dtype)
     f = cp.asarray(rng.standard_normal((2 * B, M, 3))).astype(dtype)
-    w = cp.asarray(rng.uniform(size=(2 * B, M)) < 0.5).astype(dtype)
+    mask = cp.asarray(rng.uniform(size=(2 * B, M)) < 0.5)
+    w = mask.astype(dtype)
     full = strided.concat_gram(S[:, :, 1], f, w, alpha=1e-3)[:B]
     alone = strided.concat_gram(S[:B, :, 1], f[:B], w[:B], alpha=1e-3)
     assert full.shape == (B, n, n) and bool((full == alone).all())
     assert bool((strided.concat_gram(S[:B, :, 1], f[:B], w[:B], alpha=1e-3, rows=d) == full[:, :d]).all())
+    masked = strided.concat_gram(S[:, :, 1], f, mask, alpha=1e-3)[:B]
+    assert masked.dtype == dtype and bool((masked == full).all())
+    assert bool((strided.concat_gram(S[:B, :, 1], f[:B], mask[:B], alpha=1e-3, rows=d) == full[:, :d]).all())
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -405,6 +409,34 @@ def test_a_scale_per_group_is_each_groups_own_basis_gpu(dtype, name, payoff_regr
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_black_scholes_columns_are_each_contract_gpu(dtype):
     black_scholes_columns_against_each_contract(cp, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dates", [False, True])
+def test_stacked_payoff_kernel_is_the_numpy_operations(rng, dtype, dates):
+    """cva/instruments/cuda/vanilla_payoff.cu (stacked_payoff on the GPU) against the numpy operations it replaces,
+    and against CuPy's same four operations: bitwise, on an asset's slice of paths as it lies (one date: (B, M); all
+    dates: (B, M, N)), with strides not float32-representable, prices equal to a strike (+0), NaN and infinities."""
+    from cva.instruments.products import stacked_payoff
+
+    contracts = [Contract(style="european", payoff=p, underlying="asset", strike=k, maturity=1.0, asset=0)
+                 for p, k in (("call", 100.1), ("put", 99.7), ("call", 1.0 / 3.0), ("put", 77.0))]
+    sets, M, N, d = 3, 50, 4, 2
+    S = rng.lognormal(np.log(90), 0.3, (len(contracts) * sets, M, N, d)).astype(dtype)
+    S[:sets, :5, :, 1] = dtype(100.1)                                       # = the call's strike (rounded)
+    S[sets, 5, :, 1], S[sets + 1, 6, :, 1], S[-1, 7, :, 1] = np.nan, np.inf, -np.inf
+    view = (lambda a: a[:, :, 2, 1:]) if not dates else (lambda a: a[:, :, :, 1:])     # (B, M, 1) / (B, M, N, 1)
+    want = stacked_payoff(contracts, sets, np)(view(S))
+    Sg = cp.asarray(S)
+    got = stacked_payoff(contracts, sets, cp)(view(Sg))
+    assert got.dtype == dtype and got.shape == want.shape and got.flags.c_contiguous
+    np.testing.assert_array_equal(got.get(), want)
+    assert np.signbit(want[np.isfinite(want)]).sum() == 0 and (want == 0).any() and np.isnan(want).any()
+    U = view(Sg)[..., 0]                                                    # CuPy's four operations, as before
+    K = cp.asarray(np.repeat([c.strike for c in contracts], sets))[:, None].astype(dtype)
+    c = cp.asarray(np.repeat([ct.payoff == "call" for ct in contracts], sets))[:, None]
+    k, c = (K, c) if U.ndim == 2 else (K[:, :, None], c[:, :, None])
+    np.testing.assert_array_equal(got.get(), cp.maximum(cp.where(c, U - k, k - U), 0).get())
 
 
 @pytest.mark.parametrize("dtype, regression_dtype", [(np.float64, None), (np.float32, None),

@@ -381,28 +381,33 @@ def test_screening_flags_match_numpy_twin(rng, B, dtype):
 @pytest.mark.parametrize("codes", [False, True])
 def test_first_stage_flags_match_numpy_twin(rng, B, nr, dtype, codes):
     """cuda/solve_flags.cu first_stage_flags against its twin robust.first_stage_flags on random flags:
-    breakdown, redo, the four "any" flags and the outputs it finishes in place (x NaN where not ok; code
-    3, NaN residual and condition estimate on non-finite input), with and without per-system start
-    codes; at B = 300 001 the grid-stride loop goes round more than once."""
+    breakdown, redo, the four "any" flags and the outputs it finishes in place (x NaN where not ok; every code
+    written, the first stage's or 3, with NaN residual and condition estimate, on non-finite input; the counts of
+    discarded eigenvalues zeroed where given), with and without per-system start codes, and with the flags not
+    read; at B = 300 001 the grid-stride loop goes round more than once."""
     from linalg_gpu.small import _gpu, robust
 
     rtol, thr = 1e-6, 1e-3
-    for ldlt in (True, False):
+    for ldlt, first, zero, read in ((True, 0, True, True), (False, 1, True, False), (False, 2, False, True)):
         x = rng.standard_normal((B, nr, 1)).astype(dtype)                # nr entries per system
-        code = np.zeros(B, np.int8)
+        code = rng.integers(-5, 9, B).astype(np.int8)                   # (garbage: every code is written)
+        nd = rng.integers(1, 4, B).astype(np.int32)
         resid = (rtol * rng.uniform(0, 2, B)).astype(dtype)
         cond = rng.uniform(1, 10, B).astype(dtype)
         ok = rng.random(B) < 0.9
         nonfinite = rng.random(B) < 0.05
         asym = (thr * rng.uniform(0, 1.2, B)).astype(dtype)
         start = rng.integers(0, 3, B).astype(np.int8) if codes else None
-        dev = [cp.asarray(a) for a in (x, code, resid, cond, ok)]
-        got = _gpu.first_stage_flags(dev, cp.asarray(nonfinite), cp.asarray(asym), start, rtol, thr, ldlt)
-        want = robust.first_stage_flags((x, code, resid, cond, ok), nonfinite, asym, start, rtol, thr, ldlt)
-        assert got[2] == want[2]
+        dev = [cp.asarray(a) for a in (x, code, resid, cond, ok, nd)]
+        got = _gpu.first_stage_flags(dev[:5], cp.asarray(nonfinite), cp.asarray(asym), start, rtol, thr, ldlt, first,
+                                     dev[5] if zero else None, read=read)
+        want = robust.first_stage_flags((x, code, resid, cond, ok), nonfinite, asym, start, rtol, thr, ldlt, first,
+                                        nd if zero else None)
+        assert got[2] == (want[2] if read else None)
+        assert set(np.unique(code)) <= {first, 3} and (nd == 0).all() == zero
         for g, w in zip(got[:2], want[:2], strict=True):
             np.testing.assert_array_equal(g.get(), w)
-        for g, w in zip(dev, (x, code, resid, cond, ok), strict=True):
+        for g, w in zip(dev, (x, code, resid, cond, ok, nd), strict=True):
             np.testing.assert_array_equal(g.get(), w)          # (NaN in the same places)
 
 
@@ -550,28 +555,43 @@ def test_partition_on_gpu_matches_flatnonzero(rng, n, p):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("middle", [False, True])
 @pytest.mark.parametrize("codes", [False, True])
-def test_merge_stage_matches_numpy_twin(rng, dtype, last, codes):
-    """cuda/solve_flags.cu merge_stage against its twin robust.merge_stage: a later stage's results (run on the
-    whole batch) into the pending systems it solved, pending updated; 300 001 systems (the grid-stride loop goes
-    round more than once)."""
+@pytest.mark.parametrize("next_codes", [False, True])
+def test_merge_later_stages_matches_numpy_twin(rng, dtype, middle, codes, next_codes):
+    """cuda/solve_flags.cu merge_later_stages against its twin robust.merge_later_stages: the later stages'
+    results (run on the whole batch; the eigen-solve's ok not given: its x finite or not) into the pending systems
+    that take them, pending not changed, and the start codes for next time; 300 001 systems (the grid-stride loop
+    goes round more than once)."""
     from linalg_gpu.small import robust
 
     B, n, r, rtol = 300_001, 3, 2, 1e-6
     out = (rng.standard_normal((B, n, r)).astype(dtype), rng.integers(0, 2, B).astype(np.int8),
            rng.random(B).astype(dtype), rng.random(B).astype(dtype), rng.integers(0, 3, B).astype(np.int32),
            rng.random(B) < 0.5)
-    res = (rng.standard_normal((B, n, r)).astype(dtype), rng.random(B).astype(dtype),
+    mid = (rng.standard_normal((B, n, r)).astype(dtype), rng.random(B).astype(dtype),
            rng.integers(0, 5, B).astype(np.int32), rng.random(B) < 0.8, (rtol * rng.uniform(0, 2, B)).astype(dtype))
+    xl = rng.standard_normal((B, n, r)).astype(dtype)
+    xl[rng.random(B) < 0.1, rng.integers(0, n), rng.integers(0, r)] = np.nan
+    xl[rng.random(B) < 0.05, 0, 0] = -np.inf
+    last = (xl, rng.random(B).astype(dtype), (rng.random(B) < 0.3) * rng.integers(1, 4, B).astype(np.int32), None,
+            (rtol * rng.uniform(0, 2, B)).astype(dtype))
     pending = rng.random(B) < 0.6
     start = rng.integers(0, 3, B).astype(np.int8) if codes else None
     dev, pend = [cp.asarray(a) for a in out], cp.asarray(pending)
-    _gpu.merge_stage(dev, [cp.asarray(a) for a in res], pend, 1, last, rtol, start)
-    robust.merge_stage(out, res, pending, 1, last, rtol, start)
+    got = _gpu.merge_later_stages(dev, [cp.asarray(a) for a in mid] if middle else None,
+                                  [None if a is None else cp.asarray(a) for a in last], pend, rtol,
+                                  None if start is None else cp.asarray(start), next_codes)
+    want = robust.merge_later_stages(out, mid if middle else None, last, pending, rtol, start, next_codes)
     np.testing.assert_array_equal(pend.get(), pending)
     for g, w in zip(dev, out, strict=True):
         np.testing.assert_array_equal(g.get(), w)
+    assert set(np.unique(out[1])) >= ({0, 1, 2} if middle else {0, 2}) and not out[5].all()
+    if next_codes:
+        assert got.dtype == np.int8 and set(np.unique(want)) >= {0, 2}
+        np.testing.assert_array_equal(got.get(), want)
+    else:
+        assert got is None and want is None
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
