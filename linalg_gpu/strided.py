@@ -105,9 +105,10 @@ def concat_gram(s, f=None, weights=None, *, alpha=1.0, rows=None):
     its first rows only, (B, rows, n).
 
     ``s`` (B, M, d), on the GPU read as it lies when its last axis is contiguous (one date's slice of the paths),
-    ``f`` (B, M, e) optional further columns, ``weights`` (B, M) optional (default ones; a boolean mask is read
-    as 0 and 1, on the GPU without a cast). On the GPU the sums
-    have a fixed order (``cuda/strided_gram.cu``): the same bits whatever B, unlike cuBLAS's batched products.
+    ``f`` (B, M, e) optional further columns (on the GPU read as they lie, any strides: e.g. planes (e, B, M)
+    transposed), ``weights`` (B, M) optional (default ones; a boolean mask is read as 0 and 1, on the GPU without
+    a cast). On the GPU the sums have a fixed order (``cuda/strided_gram.cu``): the same bits whatever B, unlike
+    cuBLAS's batched products.
     """
     xp = get_array_module(s)
     if s.ndim != 3 or s.dtype not in (np.float32, np.float64):
@@ -131,21 +132,21 @@ def concat_gram(s, f=None, weights=None, *, alpha=1.0, rows=None):
 
     lds, ss = strides
     out = xp.empty((B, rows, n), dtype=s.dtype)
-    fc = None if f is None else xp.ascontiguousarray(f, dtype=s.dtype)
+    fc = None if f is None else f.astype(s.dtype, copy=False)                   # read as it lies (any strides)
+    f_ptr, f_strides = (0, (0, 0, 0)) if fc is None else (fc.data.ptr, [st // fc.itemsize for st in fc.strides])
+    f_args = (np.uint64(f_ptr), *map(np.int64, f_strides), np.int32(e))
     mask = weights is not None and weights.dtype == np.bool_                   # (read as 0 and 1 by the kernels)
     wc = None if weights is None else xp.ascontiguousarray(weights, dtype=None if mask else s.dtype)
     w_type = ("bool",) if mask else ()
     if n <= SMALL_GRAM_COLUMNS:                                        # a warp per set
         get_function("strided_gram.cu", "concat_gram_small", s.dtype, n, *w_type)(
             (grid_blocks(32 * B, 256),), (256,), (np.uint64(s.data.ptr), np.int64(lds), np.int64(ss), np.int32(d),
-                                                  np.uint64(0) if fc is None else fc, np.int32(e),
-                                                  np.uint64(0) if wc is None else wc, out, np.int64(B), np.int32(M),
-                                                  np.int32(rows), s.dtype.type(alpha)))
+                                                  *f_args, np.uint64(0) if wc is None else wc, out,
+                                                  np.int64(B), np.int32(M), np.int32(rows), s.dtype.type(alpha)))
         return out
     tiles = -(-n // 32)
     get_function("strided_gram.cu", "concat_gram", s.dtype, *w_type)(
         (B, -(-rows // 32) * tiles), (256,), (np.uint64(s.data.ptr), np.int64(lds), np.int64(ss), np.int32(d),
-                                              np.uint64(0) if fc is None else fc, np.int32(e),
-                                              np.uint64(0) if wc is None else wc, out, np.int32(M), np.int32(rows),
-                                              s.dtype.type(alpha)))
+                                              *f_args, np.uint64(0) if wc is None else wc, out, np.int32(M),
+                                              np.int32(rows), s.dtype.type(alpha)))
     return out

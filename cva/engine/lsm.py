@@ -162,8 +162,12 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
     if rdt not in (np.float32, np.float64):
         raise ValueError(f"regression_dtype must be float32 or float64, got {regression_dtype!r}")
-    step = _AffineStep(S, basis_fn, rdt, Vs, stopping) if affine and N > 1 else None    # one kernel per date
     gram_cache = {}                                               # what the dates' normal equations share
+    step = None
+    if affine and N > 1:                                          # one kernel per date; its cashflows are planes of
+        planes = _gram_planes(xp, gram_cache, basis_fn, B, M, len(Vs), rdt)     # the Gram's columns where the
+        step = _AffineStep(S, basis_fn, rdt, Vs, stopping,                      # regression's dtype is theirs
+                           planes[-len(Vs):] if rdt == S.dtype else None)
     if step is not None:
         Vs, stopping = list(step.V), list(step.stop) if keep_stopping else []
     disc = [S.dtype.type(np.exp(-rate * (times[j + 1] - times[j]))) for j in range(N - 1)]   # date j + 1 to j
@@ -430,8 +434,10 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
     of paths is the sum of its parts'); a part with no regression path gets A = I, b = 0. With ``joined`` the
     depths' equations come as one batch in depth order, (B (2^(s+1) - 1), p, p) and (..., p): the solver's;
     ``cache`` (a dict per Longstaff-Schwartz call) keeps what does not change
-    with the date (the column of ones, the scale factors, psi's order). On the GPU the depths' equations are one
-    launch from the Gram matrix (``cuda/gram_equations.cu``; numpy twin :func:`gram_equations_twin`).
+    with the date (the column of ones, the scale factors, psi's order) and the columns' planes
+    (:func:`_gram_planes`): cashflows that already are their planes (the affine step's) are not copied. On the GPU
+    the depths' equations are one launch from the Gram matrix (``cuda/gram_equations.cu``; numpy twin
+    :func:`gram_equations_twin`).
 
     ``Z`` is the regressors X (B, M, p), rows (X, V_0, ..., V_s); or, with an affine ``basis``, the slice S
     (B, M, d) of psi = (1, S / scale[, h / c]), rows (S, 1[, h / c], V_0, ..., V_s), without forming psi."""
@@ -439,16 +445,14 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
     s = len(Vs) - 1
     n = 2 ** s
     cache = {} if cache is None else cache
-    extra = 0 if basis is None else 1 + bool(basis.payoff_regressor)             # psi's columns 1[, h / c] in F
-    F = cache.get("F")                                     # (B, M, e): one call's dates share it, the 1 written once
-    if F is None or F.shape != (B, M, extra + len(Vs)) or F.dtype != Z.dtype:
-        F = cache["F"] = xp.empty((B, M, extra + len(Vs)), dtype=Z.dtype)
-        if extra:
-            F[..., 0] = 1
+    extra = _extra_columns(basis)                                                  # psi's columns 1[, h / c]
+    P = _gram_planes(xp, cache, basis, B, M, len(Vs), Z.dtype)                     # (extra + s + 1, B, M)
     if extra > 1:
-        F[..., 1] = basis.payoff_column(h)
+        P[1] = basis.payoff_column(h)
     for k, v in enumerate(Vs):
-        F[..., extra + k] = v
+        if not _same_array(v, P[extra + k]):
+            P[extra + k] = v
+    F = P.transpose(1, 2, 0)                                                       # (B, M, e), read as it lies
     w = None if mask is None else _parts(mask, n)                # (boolean: read as 0 and 1, no cast)
     v0 = d + extra                                                                 # V_0's column
     G = strided.concat_gram(_parts(Z, n), _parts(F, n), w, alpha=n / M, rows=v0)  # (B n, v0, d + e)
@@ -473,6 +477,31 @@ def _gram_normal_equations(xp, Z, basis, h, Vs, mask, joined=False, cache=None):
         return A, b
     ends = np.cumsum([B * 2 ** k for k in range(s + 1)])
     return xp.split(A, ends[:-1].tolist()), xp.split(b, ends[:-1].tolist())
+
+
+def _extra_columns(basis):
+    """psi's columns besides the slice in the Gram matrix's further columns: 1[, h / c] (affine), none (formed)."""
+    return 0 if basis is None else 1 + bool(basis.payoff_regressor)
+
+
+def _gram_planes(xp, cache, basis, B, M, depths, dtype):
+    """The planes (e, B, M) of the Gram matrix's further columns (psi's 1[, h / c], then V_0 .. V_s) that one
+    Longstaff-Schwartz call's dates share (in ``cache``), the 1 written once; the affine step keeps its cashflows
+    in the last ``depths`` planes, so the dates copy none."""
+    extra = _extra_columns(basis)
+    P = cache.get("F")
+    if P is None or P.shape != (extra + depths, B, M) or P.dtype != dtype:
+        P = cache["F"] = xp.empty((extra + depths, B, M), dtype=dtype)
+        if extra:
+            P[0] = 1
+    return P
+
+
+def _same_array(a, b):
+    """``a`` and ``b`` are the same elements (one memory, shape, strides and dtype): a copy would change nothing."""
+    def ptr(x):
+        return x.ctypes.data if isinstance(x, np.ndarray) else x.data.ptr
+    return a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype and ptr(a) == ptr(b)
 
 
 def gram_equations_twin(G, idx, v0, s, B, scale=None, empty_where_zero=False):
@@ -583,14 +612,15 @@ def _affine_fitted(S, basis, h, betas):
 class _AffineStep:
     """One date's exercise for every depth with the affine basis on the GPU (``cuda/affine_exercise.cu``; numpy
     twin :func:`affine_exercise_twin`): the depths' cashflows ``V`` (depths, B, M) and exercise dates ``stop``
-    (depths, B, M), updated in place, the fitted values, decisions and the next date's discount in one launch."""
+    (depths, B, M), updated in place, the fitted values, decisions and the next date's discount in one launch.
+    ``out``: where to keep ``V`` (contiguous (depths, B, M) of S's dtype; the Gram matrix's planes)."""
 
-    def __init__(self, S, basis, rdt, V, stop):
+    def __init__(self, S, basis, rdt, V, stop, out=None):
         import cupy as cp
 
         from linalg_gpu._kernels import ctype, get_function
 
-        self.V = cp.empty((len(V),) + V[0].shape, dtype=S.dtype)
+        self.V = cp.empty((len(V),) + V[0].shape, dtype=S.dtype) if out is None else out
         self.V[...] = V[0]                                         # (the depths start from the same cashflows)
         self.stop = cp.stack(stop) if stop else None
         d, self.basis = S.shape[3], basis

@@ -1,6 +1,7 @@
 // Weighted Gram matrices of rows made of two pieces, G[b] = alpha sum_m w[b, m] z_m z_m^T with
 // z_m = (s[b, m, 0 .. d-1], f[b, m, 0 .. e-1]), n = d + e: s's rows strided (s + b ss + m lds, as one date's slice
-// of paths lies), f contiguous (B, M, e), w contiguous (B, M) of T or of bool (a mask, read as 0 and 1 without a
+// of paths lies), f strided (f + b fsb + m fsm + c fsc: interleaved (B, M, e), or planes (e, B, M) that are the
+// caller's arrays themselves), w contiguous (B, M) of T or of bool (a mask, read as 0 and 1 without a
 // cast) or null (all ones); only G's first ``rows`` rows are formed, into out (B, rows, n) (the regressions need the
 // regressors' rows, not the cashflows').
 //
@@ -29,7 +30,8 @@ __device__ __forceinline__ void load4<double>(const double* p, double (&o)[4])
 
 template <typename T, typename W = T>
 __global__ void __launch_bounds__(256) concat_gram(const T* __restrict__ s, long long lds, long long ss, int d,
-                                                   const T* __restrict__ f, int e, const W* __restrict__ w,
+                                                   const T* __restrict__ f, long long fsb, long long fsm,
+                                                   long long fsc, int e, const W* __restrict__ w,
                                                    T* __restrict__ out, int M, int rows, T alpha)
 {
     constexpr int TS = 32, RT = 64, PER = RT * TS / 256, GROUP_ROWS = RT / 4;
@@ -45,11 +47,11 @@ __global__ void __launch_bounds__(256) concat_gram(const T* __restrict__ s, long
     const int t = threadIdx.x, g = t / 64, ri = (t % 64) / 8, ci = t % 8;
     const int c = t % TS, r_first = t / TS;                          // this thread's column and first row to load
     // the column this thread loads, for the row block and the column block: (pointer, row stride) or none
-    const T* fb = f ? f + b * (long long)M * e : nullptr;
+    const T* fb = f ? f + b * fsb : nullptr;
     const int ca = ti * TS + c, cc = tj * TS + c;
-    const T* pa = ca < d ? s + b * ss + ca : (ca < n ? fb + (ca - d) : nullptr);
-    const T* pc = cc < d ? s + b * ss + cc : (cc < n ? fb + (cc - d) : nullptr);
-    const long long sa = ca < d ? lds : e, sc = cc < d ? lds : e;
+    const T* pa = ca < d ? s + b * ss + ca : (ca < n ? fb + (ca - d) * fsc : nullptr);
+    const T* pc = cc < d ? s + b * ss + cc : (cc < n ? fb + (cc - d) * fsc : nullptr);
+    const long long sa = ca < d ? lds : fsm, sc = cc < d ? lds : fsm;
     const W* wb = w ? w + b * (long long)M : nullptr;
 
     T va[PER], vc[PER];
@@ -129,7 +131,8 @@ __global__ void __launch_bounds__(256) concat_gram(const T* __restrict__ s, long
 // (n = 5 in a desk's stacked one-asset regressions), with a block per set of a few dozen paths.
 template <typename T, int N, typename W = T>
 __global__ void __launch_bounds__(256) concat_gram_small(const T* __restrict__ s, long long lds, long long ss,
-                                                         int d, const T* __restrict__ f, int e,
+                                                         int d, const T* __restrict__ f, long long fsb,
+                                                         long long fsm, long long fsc, int e,
                                                          const W* __restrict__ w, T* __restrict__ out, long long B,
                                                          int M, int rows, T alpha)
 {
@@ -137,7 +140,7 @@ __global__ void __launch_bounds__(256) concat_gram_small(const T* __restrict__ s
     const long long warps = (long long)gridDim.x * blockDim.x / 32;
     for (long long b = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; b < B; b += warps) {   // a warp's sets
         const T* sb = s + b * ss;
-        const T* fb = f ? f + b * (long long)M * e : nullptr;
+        const T* fb = f ? f + b * fsb : nullptr;
         const W* wb = w ? w + b * (long long)M : nullptr;
         double acc[N][N];
 #pragma unroll
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(256) concat_gram_small(const T* __restrict__ s
         for (int m = lane; m < M; m += 32) {
             T z[N];
 #pragma unroll
-            for (int c = 0; c < N; ++c) z[c] = c < d ? sb[m * lds + c] : fb[(long long)m * e + (c - d)];
+            for (int c = 0; c < N; ++c) z[c] = c < d ? sb[m * lds + c] : fb[m * fsm + (c - d) * fsc];
             const T wm = wb ? T(wb[m]) : T(1);
 #pragma unroll
             for (int r = 0; r < N; ++r) {

@@ -128,7 +128,8 @@ def test_strided_products_match_numpy(rng, dtype):
 def test_concat_gram_does_not_depend_on_the_batch(rng, dtype, n):
     """strided.concat_gram of a date's strided slice with further columns and weights (a warp per set at n = 5,
     more than one 32 x 32 tile at n = 70): the first B sets of a batch of 2B give bitwise what the B sets give
-    alone; the weights as a boolean mask (read as 0 and 1 without a cast) give bitwise what their cast gives."""
+    alone; the weights as a boolean mask (read as 0 and 1 without a cast) give bitwise what their cast gives, and
+    the further columns read as planes (e, B, M) what they give contiguous."""
     B, M, d = 300, 1000, n - 3
     S = cp.asarray(rng.standard_normal((2 * B, M, 3, d))).astype(dtype)
     f = cp.asarray(rng.standard_normal((2 * B, M, 3))).astype(dtype)
@@ -140,6 +141,8 @@ def test_concat_gram_does_not_depend_on_the_batch(rng, dtype, n):
     assert bool((strided.concat_gram(S[:B, :, 1], f[:B], w[:B], alpha=1e-3, rows=d) == full[:, :d]).all())
     masked = strided.concat_gram(S[:, :, 1], f, mask, alpha=1e-3)[:B]
     assert masked.dtype == dtype and bool((masked == full).all())
+    planes = cp.ascontiguousarray(f.transpose(2, 0, 1))                    # the further columns as planes (e, B, M)
+    assert bool((strided.concat_gram(S[:, :, 1], planes.transpose(1, 2, 0), w, alpha=1e-3)[:B] == full).all())
     assert bool((strided.concat_gram(S[:B, :, 1], f[:B], mask[:B], alpha=1e-3, rows=d) == full[:, :d]).all())
 
 
