@@ -148,7 +148,8 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     if M % 2 ** splits or M // 2 ** splits < 1:
         raise ValueError(f"splits={splits} needs M a multiple of {2 ** splits}, got M = {M}")
     Vs = [V] * (splits + 1)                                                         # per depth: its parts' cashflows
-    decisions = [None] * N                          # each date's (B, M) decisions, their shares taken at the end
+    decisions = [None] * N          # each date's (B, M) decisions, their shares taken at the end (the affine step
+                                    # counts its own: ``counts`` below)
     nonfinite = [None] * (N - 1)                                  # per date: a system had NaN/Inf normal equations
     decisions[N - 1] = V > 0
     coefficients, reports, conditions = [None] * (N - 1), [None] * (N - 1), [None] * (N - 1)
@@ -168,8 +169,9 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         planes = _gram_planes(xp, gram_cache, basis_fn, B, M, len(Vs), rdt)     # the Gram's columns where the
         step = _AffineStep(S, basis_fn, rdt, Vs, stopping,                      # regression's dtype is theirs
                            planes[-len(Vs):] if rdt == S.dtype else None)
-    if step is not None:
+    if step is not None:                                          # (its exercises counted per date and set)
         Vs, stopping = list(step.V), list(step.stop) if keep_stopping else []
+        counts = xp.zeros((N, B), dtype=np.uint64)
     disc = [S.dtype.type(np.exp(-rate * (times[j + 1] - times[j]))) for j in range(N - 1)]   # date j + 1 to j
     for j in range(N - 2, -1, -1):
         if step is None:
@@ -210,7 +212,7 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         reports[j] = rep if splits == 0 else report_rows(rep, slice(0, B))     # the whole sets' systems
         clock("solve")
         if step is not None:                               # every depth, and the discount to date j - 1
-            decisions[j] = step(S[:, :, j], h, beta, j, disc[j - 1] if j else None)
+            step(S[:, :, j], h, beta, j, disc[j - 1] if j else None, count=counts[j])
         for depth, C in enumerate(_continuations(Sj, X, basis_fn, h, betas, fused) if step is None else ()):
             ex = (h > 0) & (h >= C)
             decisions[j] = ex if depth == 0 else decisions[j]
@@ -220,7 +222,10 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
         coefficients[j] = betas[0]
         clock("exercise")
     value, V, parts = _at_t0(Vs, times[0] - t0, rate)
-    counts = xp.stack(decisions).sum(axis=2, dtype=np.int64)          # (N, B); then (N,): two launches, each
+    if step is None:                                                 # (the affine step counted its dates')
+        counts = xp.stack(decisions).sum(axis=2, dtype=np.int64)      # (N, B); then (N,): two launches, each
+    else:
+        counts[N - 1] = decisions[N - 1].sum(axis=1, dtype=np.uint64)
     shares = counts / M if exercised_per_set else counts.sum(axis=1) / (B * M)  # with many outputs or short sums
     clock("exercise")
     conds = _condition_numbers(xp, [c for c in conditions if c is not None])
@@ -633,10 +638,11 @@ class _AffineStep:
                                cuda_dir=CUDA_DIR)
         self.st, self.it, self.rdt = np.dtype(st).type, S.dtype.itemsize, np.dtype(rdt)
 
-    def __call__(self, Sj, h, beta, j, disc):
+    def __call__(self, Sj, h, beta, j, disc, count=None):
         """The date j of the slice Sj (B, M, d) of the paths (their dtype), the payoff h (B, M) and the solver's
         coefficients ``beta`` (every depth's systems, in order); ``disc`` the next date's discount (None: none).
-        Returns the exercise decisions of depth 0 (B, M)."""
+        Returns the exercise decisions of depth 0 (B, M); with ``count`` (B,) uint64 adds each set's number of them
+        to it instead (returns None)."""
         import cupy as cp
 
         from linalg_gpu._kernels import grid_blocks
@@ -645,7 +651,7 @@ class _AffineStep:
         d = Sj.shape[2]
         if d > 1 and Sj.strides[2] != self.it:                        # (the kernel reads a path's assets in a row)
             Sj = cp.ascontiguousarray(Sj)
-        ex = cp.empty((B, M), dtype=bool)
+        ex = cp.empty((B, M), dtype=bool) if count is None else None
         self.fn((grid_blocks(B * M),), (256,), (
             np.uint64(Sj.data.ptr), np.int64(Sj.strides[0] // self.it), np.int64(Sj.strides[1] // self.it),
             np.int32(d), cp.ascontiguousarray(h, dtype=self.rdt), cp.ascontiguousarray(beta, dtype=self.rdt),
@@ -653,7 +659,8 @@ class _AffineStep:
             self.c, np.int32(self.inv.shape[0]), np.int32(self.basis.payoff_regressor), np.int32(depths), self.V,
             np.uint64(0) if self.stop is None else self.stop, self.st(0 if self.stop is None else j),
             self.V.dtype.type(disc or 0),
-            np.int32(disc is not None), ex, np.int64(B), np.int32(M)))
+            np.int32(disc is not None), np.uint64(0) if ex is None else ex, np.uint64(0) if count is None else count,
+            np.int64(B), np.int32(M)))
         return ex
 
 

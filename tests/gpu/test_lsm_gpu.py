@@ -494,7 +494,8 @@ def test_affine_exercise_kernel_is_its_twin(rng, dtype, rdt, d, groups, payoff_r
     """cuda/affine_exercise.cu (lsm._AffineStep) against lsm.affine_exercise_twin, the kernels it replaced one by
     one: bitwise the same cashflows, exercise dates and decisions of depth 0, for one scale or one per group of
     sets, with and without the payoff column, a discount to the next date or none, on a slice read through its
-    strides (a date of S (B, M, N, d)); some paths exercise and some do not."""
+    strides (a date of S (B, M, N, d)); some paths exercise and some do not. Counting instead of writing the
+    decisions (``count``): each set's number of them added, the same cashflows."""
     from cva.engine.lsm import _AffineStep, affine_exercise_twin
 
     B, M, N, j = 6, 64, 5, 2
@@ -518,6 +519,30 @@ def test_affine_exercise_kernel_is_its_twin(rng, dtype, rdt, d, groups, payoff_r
         np.testing.assert_array_equal(ex.get(), want.get())
         np.testing.assert_array_equal(step.V.get(), V.get())
         np.testing.assert_array_equal(step.stop.get(), stop.get())
+        count = cp.full(B, 7, dtype=np.uint64)                            # (added to)
+        counted = _AffineStep(S, psi, np.dtype(rdt), [V0] * depths, [stop0] * depths)
+        assert counted(S[:, :, j], h, beta, j, None if disc is None else dtype(disc), count=count) is None
+        np.testing.assert_array_equal(count.get(), 7 + want.sum(axis=1).get())   # each set's exercises of depth 0
+        np.testing.assert_array_equal(counted.V.get(), V.get())
+
+
+def test_affine_exercise_counts_where_warps_straddle_sets(rng):
+    """The affine step's per-set exercise counts (``count``) when a warp's lanes belong to two or three sets (37
+    paths per set) or to seven (5 paths per set, 2^17 sets): each set's count its decisions' sum."""
+    from cva.engine.lsm import _AffineStep
+
+    psi = basis.make_basis("linear", np.array([100.0]))
+    for B, M in ((50, 37), (2 ** 17, 5)):
+        S = cp.asarray(rng.uniform(60, 140, (B, M, 3, 1)))
+        h = cp.maximum(100.0 - S[:, :, 1, 0], 0)
+        beta = cp.asarray(rng.normal([5.0, 0.0], [5.0, 5.0], (B, 2)))
+        V0 = cp.asarray(rng.uniform(0, 30, (B, M)))
+        ex = _AffineStep(S, psi, np.dtype(np.float64), [V0], [])(S[:, :, 1], h, beta, 1, None)
+        count = cp.zeros(B, dtype=np.uint64)
+        _AffineStep(S, psi, np.dtype(np.float64), [V0], [])(S[:, :, 1], h, beta, 1, None, count=count)
+        want = ex.sum(axis=1).get()
+        assert 0 < want.sum() < B * M
+        np.testing.assert_array_equal(count.get(), want)
 
 
 def test_affine_exercise_without_exercise_dates_kept_beyond_256_dates(rng):
