@@ -163,13 +163,11 @@ def longstaff_schwartz(S, times, payoff_fn, basis_fn, rate, *, t0=0.0, solver=No
     rdt = S.dtype if regression_dtype is None else np.dtype(regression_dtype)
     if rdt not in (np.float32, np.float64):
         raise ValueError(f"regression_dtype must be float32 or float64, got {regression_dtype!r}")
-    gram_cache = {}                                               # what the dates' normal equations share
-    step = None
-    if affine and N > 1:                                          # one kernel per date; its cashflows are planes of
-        planes = _gram_planes(xp, gram_cache, basis_fn, B, M, len(Vs), rdt)     # the Gram's columns where the
-        step = _AffineStep(S, basis_fn, rdt, Vs, stopping,                      # regression's dtype is theirs
-                           planes[-len(Vs):] if rdt == S.dtype else None)
-    if step is not None:                                          # (its exercises counted per date and set)
+    gram_cache, step = {}, None                                   # (gram_cache: what the dates' equations share)
+    if affine and N > 1:        # one kernel per date, its exercises counted per date and set; its cashflows are
+        planes = _gram_planes(xp, gram_cache, basis_fn, B, M, len(Vs), rdt)    # planes of the Gram's columns
+        step = _AffineStep(S, basis_fn, rdt, Vs, stopping,                     # where the regression's dtype is
+                           planes[-len(Vs):] if rdt == S.dtype else None)      # theirs
         Vs, stopping = list(step.V), list(step.stop) if keep_stopping else []
         counts = xp.zeros((N, B), dtype=np.uint64)
     disc = [S.dtype.type(np.exp(-rate * (times[j + 1] - times[j]))) for j in range(N - 1)]   # date j + 1 to j

@@ -16,6 +16,7 @@ import numpy as np
 from linalg_gpu import strided
 from linalg_gpu._backend import get_array_module
 
+CUDA_DIR = Path(__file__).resolve().parent / "cuda"                   # vanilla_payoff.cu
 STYLES = ("european", "bermudan", "american")
 PAYOFFS = ("call", "put")
 UNDERLYINGS = ("asset", "basket", "max", "min")
@@ -115,9 +116,6 @@ def stacked_payoff(contracts, sets, xp):
         k, c = (rounded[U.dtype], call) if U.ndim == 2 else (rounded[U.dtype][:, :, None], call[:, :, None])
         return xp.maximum(xp.where(c, U - k, k - U), 0)
     return payoff
-
-
-CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 
 
 def vanilla_payoff_gpu(U, strikes, calls):
