@@ -392,6 +392,37 @@ def _solver_report(rng, n, dtype=np.float32):
                            start_method="ldlt", rtol=1e-5, cond_max=1e5)
 
 
+def test_a_chunks_statistics_travel_as_arrays_and_merge_as_they_were(rng):
+    """DateStats.to_state sends a chunk's sampled condition numbers and design rows as arrays (not lists of floats:
+    a desk chunk has 10^5); merge_state appends them per date, in the order of the chunks, the same floats and ints
+    as the chunks' own lists, with the rows' counts added and their maxima taken."""
+    chunks = []
+    for _ in range(2):
+        st = nested.DateStats(3)
+        for g in range(3):
+            st.cond[g].extend(rng.lognormal(3.0, 2.0, int(rng.integers(0, 5))).tolist())
+            st.design[g].extend([int(rng.integers(1, 4)), 3, float(rng.lognormal(5.0, 3.0))]
+                                for _ in range(int(rng.integers(0, 3))))
+            st.rows[g].update(systems=int(rng.integers(1, 100)), regressions=int(rng.integers(1, 9)),
+                              max_residual=float(rng.uniform()), failed=int(rng.integers(0, 2)))
+        chunks.append(st)
+    merged = nested.DateStats(3)
+    for st in chunks:
+        state = st.to_state()
+        assert all(isinstance(state[k], np.ndarray) for k in nested.DateStats.ARRAYS)
+        merged.merge_state(state)
+    for g in range(3):
+        want = chunks[0].cond[g] + chunks[1].cond[g]
+        assert merged.cond[g] == want and all(type(c) is float for c in merged.cond[g])
+        assert merged.design[g] == chunks[0].design[g] + chunks[1].design[g]
+        assert all(type(r) is int and type(p) is int for r, p, _ in merged.design[g])
+        a, b = chunks[0].rows[g], chunks[1].rows[g]
+        assert merged.rows[g]["systems"] == a["systems"] + b["systems"]
+        assert merged.rows[g]["failed"] == a["failed"] + b["failed"]
+        assert merged.rows[g]["regressions"] == max(a["regressions"], b["regressions"])
+        assert merged.rows[g]["max_residual"] == max(a["max_residual"], b["max_residual"])
+
+
 def test_a_dates_solver_statistics_are_its_reports(rng):
     """DateStats keeps each Longstaff-Schwartz call's solver statistics (nested.solver_stats; on the CPU its twin)
     and reads them at the end: a date's row has the systems and regressions of its calls, each method's count
@@ -405,7 +436,7 @@ def test_a_dates_solver_statistics_are_its_reports(rng):
     for g, made in calls.items():
         for reps, contracts in made:
             stats.add(g, SimpleNamespace(reports=reps, conditions=[]), contracts)
-    rows = stats.to_json()["rows"]
+    rows = stats.to_state()["rows"]
     assert rows[0]["systems"] == 0 and rows[0]["max_residual"] == 0.0
     for g, made in calls.items():
         reps = [r for rs, _ in made for r in rs if r is not None]

@@ -158,6 +158,23 @@ def test_a_chunk_file_is_numpys_npz_of_its_values(tmp_path, values):
     assert again.tobytes() == got.tobytes()
 
 
+def test_a_chunk_files_arrays_are_its_own_members(tmp_path):
+    """The arrays of a chunk (its statistics' samples) are members of the file beside the values and the JSON meta,
+    read back bitwise under meta["arrays"]; names that are the chunk's own are refused."""
+    (tmp_path / rundir.CHUNKS).mkdir()
+    arrays = {"cond": np.array([1.5, np.pi, 1e300]), "cond_counts": np.array([2, 0, 1], dtype=np.int64),
+              "design": np.arange(6.0).reshape(2, 3)}
+    rundir.save_chunk(tmp_path, 0, 0, np.ones((1, 2, 3), dtype=np.float32), {"l0": 0}, "hash", arrays)
+    with np.load(rundir.chunk_path(tmp_path, 0, 0), allow_pickle=False) as z:
+        assert sorted(z.files) == ["cond", "cond_counts", "design", "meta", "values"]
+    [(_, meta)] = rundir.load_chunks(tmp_path, "hash", 0)
+    assert sorted(meta["arrays"]) == sorted(arrays)
+    for name, a in arrays.items():
+        assert meta["arrays"][name].dtype == a.dtype and meta["arrays"][name].tobytes() == a.tobytes()
+    with pytest.raises(ValueError, match=r"^arrays: the names values and meta are the chunk's own, got \['meta'\]"):
+        rundir.save_chunk(tmp_path, 0, 1, np.ones(2), {}, "hash", {"meta": np.ones(1)})
+
+
 def test_a_failed_write_names_the_file_and_leaves_no_temporary(tmp_path, monkeypatch, capsys):
     cfg = _config(tmp_path, "disk")
     path = tmp_path / "c.yaml"

@@ -171,10 +171,11 @@ def read_manifest(path: Path) -> dict:
     return old
 
 
-#: What a chunk file holds (run.json's ``chunk_values``): the aggregate of :meth:`cva.xva.desk.Book.aggregate`.
-#: A run directory whose chunks hold something else (the value cube itself, an aggregate that also held the
-#: uncollateralized netting sets' values twice, or one kept in float64 for a float32 run, before) cannot be resumed.
-CHUNK_VALUES = "netting-set aggregate in the run's dtype, gross values under a CSA only"
+#: What a chunk file holds (run.json's ``chunk_values``): the aggregate of :meth:`cva.xva.desk.Book.aggregate`,
+#: and the solver statistics' samples as arrays (:meth:`cva.engine.nested.DateStats.to_state`). A run directory
+#: whose chunks hold something else (the value cube itself, an aggregate that also held the uncollateralized netting
+#: sets' values twice, one kept in float64 for a float32 run, or the samples in the JSON, before) cannot be resumed.
+CHUNK_VALUES = "netting-set aggregate in the run's dtype, gross values under a CSA only; statistics' samples as arrays"
 
 
 def check_resumable(out_dir: Path, old: dict, manifest: dict):
@@ -194,13 +195,17 @@ def chunk_path(out_dir: Path, level: int, index: int) -> Path:
     return out_dir / CHUNKS / f"level{level}_{index:05d}.npz"
 
 
-def save_chunk(out_dir: Path, level: int, index: int, values, meta: dict, config_hash: str):
+def save_chunk(out_dir: Path, level: int, index: int, values, meta: dict, config_hash: str, arrays=None):
     """A chunk's per-path values and its own statistics, stamped with the config hash, level and index: the
-    ``.npz`` of :func:`numpy.savez` (``values``, ``meta``), with the values in one write. (numpy's writes a zip member
-    16 MB at a time, each copied while holding the GIL, which the thread receiving a cluster's next result needs
-    meanwhile; one write's checksum and copy to the file release it.)"""
+    ``.npz`` of :func:`numpy.savez` (``values``, ``meta`` as JSON, and each of ``arrays`` {name: array} as its own
+    member), with the values in one write. (numpy's writes a zip member 16 MB at a time, each copied while holding
+    the GIL, which the thread receiving a cluster's next result needs meanwhile; one write's checksum and copy to
+    the file release it.)"""
     head = json.dumps({"config_hash": config_hash, "level": level, "index": index, **meta})
     values = np.asarray(values, order="C")
+    arrays = arrays or {}
+    if {"values", "meta"} & set(arrays):
+        raise ValueError(f"arrays: the names values and meta are the chunk's own, got {sorted(arrays)}")
 
     def write(tmp):
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
@@ -209,18 +214,23 @@ def save_chunk(out_dir: Path, level: int, index: int, values, meta: dict, config
                 f.write(memoryview(values.reshape(-1)).cast("B"))
             with z.open("meta.npy", "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, np.array(head))
+            for name, a in arrays.items():
+                with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.asarray(a), allow_pickle=False)
     atomic_write(chunk_path(out_dir, level, index), write)
 
 
 def load_chunks(out_dir: Path, config_hash: str, level: int) -> list[tuple[np.ndarray, dict]]:
-    """A level's finished chunks in order, up to the first missing one; an unreadable chunk (an OS crash while
-    it was written) is removed and computed again; one of another run or place is refused, naming the file."""
+    """A level's finished chunks in order as (values, meta), meta's ``arrays`` the ``arrays`` of
+    :func:`save_chunk`, up to the first missing one; an unreadable chunk (an OS crash while it was written) is
+    removed and computed again; one of another run or place is refused, naming the file."""
     done = []
     for i in range(10**5):
         f = chunk_path(out_dir, level, i)
         try:
             with np.load(f, allow_pickle=False) as z:
                 values, meta = z["values"], json.loads(str(z["meta"]))
+                arrays = {name: z[name] for name in z.files if name not in ("values", "meta")}
         except FileNotFoundError:
             break
         except Exception:
@@ -231,7 +241,7 @@ def load_chunks(out_dir: Path, config_hash: str, level: int) -> list[tuple[np.nd
             raise ResumeError(f"cannot resume {out_dir}: {f} is not a chunk of this run (it says {stamp or meta!r}; "
                               f"this run: config hash {config_hash!r}, level {level}, index {i}); remove it or run "
                               f"without --resume")
-        done.append((values, meta))
+        done.append((values, {**meta, "arrays": arrays}))
     return done
 
 
