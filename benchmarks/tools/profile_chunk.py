@@ -7,6 +7,7 @@ time means the host, not the GPU, sets the pace; a fit of wall time against oute
 Usage::
 
     python benchmarks/tools/profile_chunk.py [--sizes 256 1024 4096 8192] [--top 30] [--paper] [--callers REGEX]
+                                             [--cond-sample 256]
 """
 
 from __future__ import annotations
@@ -43,12 +44,12 @@ def setup(paper, n):
     return cfg, plan, model, xp, book
 
 
-def chunk(ctx, n):
+def chunk(ctx, n, cond_sample=0):
     cfg, plan, model, xp, book = ctx
     xp.cuda.Device().synchronize()
     t0 = time.perf_counter()
     M, splits = level_specs(cfg)[-1]                                        # the run's finest level
-    values, _, timings, _, _ = timed_chunk(cfg, plan, model, xp, 0, n, M, splits, 0, book.aggregate)
+    values, _, timings, _, _ = timed_chunk(cfg, plan, model, xp, 0, n, M, splits, cond_sample, book.aggregate)
     return time.perf_counter() - t0, timings, values
 
 
@@ -58,17 +59,21 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--paper", action="store_true")
     ap.add_argument("--callers", default=None, help="who calls the functions whose names match this regex")
+    ap.add_argument("--cond-sample", type=int, default=0,
+                    help="outer paths whose regressions' condition numbers and design matrices are sampled, as a "
+                         "run's first chunk does (cva.engine.nested.COND_SAMPLE: 256); default 0, as the others")
     args = ap.parse_args(argv)
     from torch.profiler import ProfilerActivity, profile
 
     ctx = setup(args.paper, max(args.sizes))
+    cond = args.cond_sample
     for n in args.sizes:                                          # warm-up: kernels compiled, the pool grown
-        chunk(ctx, n)
+        chunk(ctx, n, cond)
     walls = []
     for n in args.sizes:
-        wall, timings, values = chunk(ctx, n)
+        wall, timings, values = chunk(ctx, n, cond)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            chunk(ctx, n)
+            chunk(ctx, n, cond)
         kernels = [e for e in prof.key_averages() if e.self_device_time_total > 0]
         total = sum(e.self_device_time_total for e in kernels) / 1e6
         launches = sum(e.count for e in kernels)
@@ -84,7 +89,7 @@ def main(argv=None):
         print(f"fit: {fixed:.3f} s + {slope * 1e3:.4f} ms per outer path")
     pr = cProfile.Profile()
     pr.enable()
-    chunk(ctx, args.sizes[0])
+    chunk(ctx, args.sizes[0], cond)
     pr.disable()
     pstats.Stats(pr).sort_stats("tottime").print_stats(args.top)
     pstats.Stats(pr).sort_stats("cumulative").print_stats(args.top)
