@@ -105,7 +105,7 @@ class DateStats:
     def to_state(self):
         """The statistics as a chunk sends and keeps them: ``rows`` (plain data, a chunk file's JSON) and the sampled
         condition numbers and design rows as arrays with each date's count (:data:`ARRAYS`). (As JSON text, the
-        10^5 condition numbers of a desk chunk's first 256 outer paths took 0.05 s on an H200's host, holding the
+        10^5 condition numbers of a desk chunk's first 256 outer paths took 0.06 s on an H200's host, holding the
         GIL, in the thread writing the chunk's file, while the run's last result waited for it.)"""
         self._collect()
         return {"rows": self.rows,
