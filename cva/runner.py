@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 import time
@@ -126,16 +127,22 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         stats, timings = DateStats(len(plan.grid)), {s: 0.0 for s in STAGES}
         t_start = time.perf_counter()
         bar = _progress(None, 0, progress)
+        # its book built by the first chunk, or on a cluster's client once the first chunks are submitted
         aggregate = Aggregation(cfg, plan, model, None if executor is None else executor.config_json)
-        book, bumped = aggregate.book, aggregate.bumped
         if cfg.is_desk:
-            values, g = book.netted, book.cva_functional(model, own)       # (sets, N, netting sets, K)
+            def values(chunk):                                              # the netting sets' (sets, N, S, K)
+                return aggregate.book.netted(chunk)
+
+            desk_cva = functools.cache(lambda: aggregate.book.cva_functional(model, own))
+
+            def g(X):                                                       # the desk's per-path CVA (for mlmc)
+                return desk_cva()(X)
         else:
             counterparty = credits["counterparty"]
             g = cva_functional(plan, model, counterparty, own)
 
             def values(chunk):                                              # the one netting set's (sets, N, K)
-                return book.netted(chunk)[..., 0, :]
+                return aggregate.book.netted(chunk)[..., 0, :]
 
         with Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume, executor,
                     aggregate) as lv:                # (its chunk files written, also on an error: --resume)
@@ -145,6 +152,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 if bar is not None:
                     bar.close()
             elapsed = time.perf_counter() - t_start           # the values; their chunk files may still be written
+            book, bumped = aggregate.build()
             netted = lv.levels(values)
             sens = None
             if cfg.sensitivities is not None:

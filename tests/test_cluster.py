@@ -322,3 +322,34 @@ def test_a_runs_aggregation_travels_as_its_configuration():
     bumped = load_config({**desk, "sensitivities": {"rate": 0.0001}})
     again = pickle.loads(pickle.dumps(Aggregation(bumped, build_plan(bumped), model), protocol=5))
     assert again.bumped is not None and again.book.width == here.book.width
+
+
+def test_a_clusters_client_builds_its_book_while_the_workers_compute(tmp_path, client, monkeypatch):
+    """A cluster's client builds its book (netting, credit, the CSAs' margin dates) once it has submitted the first
+    chunks and before it waits for them, not before submitting them; once per run, with the same numbers as one
+    process (whose first chunk builds it)."""
+    from cva.xva import desk
+
+    events = []
+    submit, of_config, save_later = cluster.Executor.submit, desk.Book.of_config.__func__, nested.Levels._save_later
+
+    def recorded_submit(self, *args, **kwargs):
+        events.append("submit")
+        return submit(self, *args, **kwargs)
+
+    def recorded_book(cls, *args, **kwargs):
+        events.append("book")
+        return of_config(cls, *args, **kwargs)
+
+    def recorded_result(self, *args):
+        events.append("result")
+        return save_later(self, *args)
+
+    one = cva.run(_small_desk(tmp_path, "one", "cpu"), chunk=32, progress=False)
+    monkeypatch.setattr(cluster.Executor, "submit", recorded_submit)
+    monkeypatch.setattr(desk.Book, "of_config", classmethod(recorded_book))
+    monkeypatch.setattr(nested.Levels, "_save_later", recorded_result)
+    two = cva.run(_small_desk(tmp_path, "two", "cpu"), chunk=32, progress=False, cluster=client)
+    assert events == ["submit", "submit", "book", "result", "result"]             # two chunks of 32 paths
+    assert two.cva == one.cva and two.stderr == one.stderr
+    assert two.summary["trades"] == one.summary["trades"]

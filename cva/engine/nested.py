@@ -636,6 +636,9 @@ class Levels:
         M, splits = self.specs[li]
         futures = {self.executor.submit(li, i, li * MLMC_LEVEL_PATHS + l0, Lc, M, splits, self._cond_sample(li, l0),
                                         self.aggregate): (i, l0, Lc) for i, l0, Lc in todo}
+        build = getattr(self.aggregate, "build", None)              # the client's own aggregation (its book), built
+        if build is not None:                                       # while the workers compute
+            build()
         done = {}
         try:
             for future, (values, stats, timings, seconds, finite) in self.executor.completed(list(futures)):
