@@ -353,3 +353,41 @@ def test_a_clusters_client_builds_its_book_while_the_workers_compute(tmp_path, c
     assert events == ["submit", "submit", "book", "result", "result"]             # two chunks of 32 paths
     assert two.cva == one.cva and two.stderr == one.stderr
     assert two.summary["trades"] == one.summary["trades"]
+
+
+@pytest.mark.parametrize("sim", [{"level_paths": [120, 60, 30]}, {"outer_paths": 300, "pilot_paths": 100}])
+def test_mlmc_levels_are_submitted_at_once_and_bitwise_one_process(tmp_path, client, monkeypatch, sim):
+    """The MLMC levels' chunks go to the cluster together (every level's missing chunks, then their results), so
+    no worker waits for a level's last chunk while another level's could run; the levels, the CVA and the solver
+    statistics are bitwise one process's, for a fixed level plan and for the allocation from pilot paths."""
+    port = [{"style": "bermudan", "payoff": "put", "underlying": "basket", "strike": 100.0, "maturity": 1.0,
+             "exercise_dates": 4}]
+
+    def config(name):
+        return {"run": {"name": "m", "seed": 21, "backend": "cpu"},
+                "market": {"spot": [100.0, 95.0], "vol": [0.25, 0.3], "rate": 0.03, "correlation": 0.5},
+                "portfolio": port, "counterparty": {"recovery": 0.4, "hazard_rate": 0.03},
+                "simulation": {"dates": 4, "outer_paths": 300, "inner_paths": 32, "basis": "linear",
+                               "estimator": "mlmc", **sim},
+                "output": {"dir": str(tmp_path / name)}}
+
+    one = cva.run(config("one"), chunk=40, progress=False)
+    events = []
+    submit, save_later = cluster.Executor.submit, nested.Levels._save_later
+
+    def recorded_submit(self, li, *args, **kwargs):
+        events.append(("submit", li))
+        return submit(self, li, *args, **kwargs)
+
+    def recorded_result(self, li, *args):
+        events.append(("result", li))
+        return save_later(self, li, *args)
+
+    monkeypatch.setattr(cluster.Executor, "submit", recorded_submit)
+    monkeypatch.setattr(nested.Levels, "_save_later", recorded_result)
+    two = cva.run(config("two"), chunk=40, progress=False, cluster=client)
+    _same(one, two)
+    first = [what for what, _ in events].index("result")
+    assert {li for what, li in events[:first]} == {0, 1, 2}              # every level submitted before a result
+    assert sorted(li for what, li in events if what == "submit") == sorted(li for what, li in events
+                                                                           if what == "result")

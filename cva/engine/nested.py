@@ -515,20 +515,35 @@ class Levels:
         return sum(p.shape[1] for p in self.parts[li])
 
     def ensure(self, li, n):
-        """Level ``li`` has at least ``n`` outer paths: the chunks still missing are read back (resume), computed
-        here one after the other, or computed on the cluster of ``executor`` (:mod:`cva.engine.cluster`) as
-        tasks and taken in order; either way the same values."""
-        if n > MLMC_LEVEL_PATHS:
-            raise ValueError(f"level {li} of the estimator needs {n} outer paths, more than {MLMC_LEVEL_PATHS}: "
-                             f"ask for a larger simulation.target_rmse or fewer outer paths")
-        requests, l0 = [], self.have(li)
-        while l0 < n:
-            Lc = min(self.chunk, n - l0)
-            requests.append((self.chunks[li] + len(requests), l0, Lc))
-            l0 += Lc
+        """Level ``li`` has at least ``n`` outer paths (:meth:`ensure_all`)."""
+        self.ensure_all({li: n})
+
+    def ensure_all(self, wants):
+        """Each level ``li`` of ``wants`` {li: n} has at least ``n`` outer paths: the chunks still missing are read
+        back (resume), computed here one after the other, level by level, or computed on the cluster of
+        ``executor`` (:mod:`cva.engine.cluster`) as tasks, every level's at once (so that no worker waits for a
+        level's last chunks while another level's could run), and taken in order; either way the same values."""
+        plans = {}
+        for li, n in wants.items():
+            if n > MLMC_LEVEL_PATHS:
+                raise ValueError(f"level {li} of the estimator needs {n} outer paths, more than {MLMC_LEVEL_PATHS}: "
+                                 f"ask for a larger simulation.target_rmse or fewer outer paths")
+            requests, l0 = [], self.have(li)
+            while l0 < n:
+                Lc = min(self.chunk, n - l0)
+                requests.append((self.chunks[li] + len(requests), l0, Lc))
+                l0 += Lc
+            plans[li] = requests
+        todo = [(li, i, l0, Lc) for li, requests in plans.items() for i, l0, Lc in requests
+                if i >= len(self.loaded.get(li, []))]
+        done = self._distributed(todo) if self.executor is not None and todo else {}
+        for li, requests in plans.items():
+            self._take(li, requests, done)
+
+    def _take(self, li, requests, done):
+        """Level ``li``'s chunks ``requests`` [(index, l0, Lc)] in order: read back, taken from ``done`` {(li,
+        index): chunk} (the cluster's), or computed here."""
         saved = self.loaded.get(li, [])
-        todo = [r for r in requests if r[0] >= len(saved)]
-        done = self._distributed(li, todo) if self.executor is not None and todo else {}
         for i, l0, Lc in requests:
             if i < len(saved):
                 values, meta = saved[i]
@@ -544,7 +559,7 @@ class Levels:
                 self.chunks[li] += 1
                 self._tick()
                 continue
-            values, stats, timings, seconds = done[i] if i in done else self._compute(li, l0, Lc)
+            values, stats, timings, seconds = done[li, i] if (li, i) in done else self._compute(li, l0, Lc)
             if self.executor is None:
                 self._save_later(li, i, l0, values, stats, timings, seconds)
             self.stats.merge_state(stats)
@@ -629,25 +644,25 @@ class Levels:
             with contextlib.suppress(Exception):          # still written (for --resume)
                 self.finish()
 
-    def _distributed(self, li, todo) -> dict:
-        """The chunks ``todo`` [(index, l0, Lc)] as cluster tasks: each saved as it arrives (:meth:`_save_later`; a
-        resume takes the finished prefix), returned by index; an interrupt cancels the rest (the chunks received
-        are still written: :meth:`finish`)."""
-        M, splits = self.specs[li]
-        futures = {self.executor.submit(li, i, li * MLMC_LEVEL_PATHS + l0, Lc, M, splits, self._cond_sample(li, l0),
-                                        self.aggregate): (i, l0, Lc) for i, l0, Lc in todo}
+    def _distributed(self, todo) -> dict:
+        """The chunks ``todo`` [(level, index, l0, Lc)] as cluster tasks, submitted at once: each saved as it arrives
+        (:meth:`_save_later`; a resume takes each level's finished prefix), returned by (level, index); an interrupt
+        cancels the rest (the chunks received are still written: :meth:`finish`)."""
+        futures = {self.executor.submit(li, i, li * MLMC_LEVEL_PATHS + l0, Lc, *self.specs[li],
+                                        self._cond_sample(li, l0), self.aggregate): (li, i, l0, Lc)
+                   for li, i, l0, Lc in todo}
         build = getattr(self.aggregate, "build", None)              # the client's own aggregation (its book), built
         if build is not None:                                       # while the workers compute
             build()
         done = {}
         try:
             for future, (values, stats, timings, seconds, finite) in self.executor.completed(list(futures)):
-                i, l0, Lc = futures[future]
+                li, i, l0, Lc = futures[future]
                 self._check_finite(finite, li, l0, Lc)
                 self._save_later(li, i, l0, values, stats, timings, seconds)
-                done[i] = (values, stats, timings, seconds)
-                self._tick(f"level {li} ({M} inner paths): outer paths {l0}..{l0 + Lc - 1} in {seconds:.2f} s "
-                           f"(cluster task)")
+                done[li, i] = (values, stats, timings, seconds)
+                self._tick(f"level {li} ({self.specs[li][0]} inner paths): outer paths {l0}..{l0 + Lc - 1} in "
+                           f"{seconds:.2f} s (cluster task)")
         except BaseException:
             for future in futures:
                 future.cancel()
@@ -686,12 +701,10 @@ def sample_levels(cfg, lv, g, log, values=None):
         lv.ensure(0, sim.outer_paths)
         return
     if sim.level_paths is not None:
-        for li, n in enumerate(sim.level_paths):
-            lv.ensure(li, n)
+        lv.ensure_all(dict(enumerate(sim.level_paths)))
         return
     pilot = min(sim.pilot_paths, sim.outer_paths)
-    for li in range(len(lv.specs)):
-        lv.ensure(li, pilot)
+    lv.ensure_all({li: pilot for li in range(len(lv.specs))})
     for _ in range(MLMC_ITERATIONS):
         levels = lv.levels(values)
         rows = level_table(levels, g, "mlmc")
@@ -720,8 +733,7 @@ def sample_levels(cfg, lv, g, log, values=None):
             return
         log("mlmc: outer paths per level " + ", ".join(f"{lv.have(li)} -> {max(n, lv.have(li))}"
                                                      for li, n in enumerate(want)))
-        for li, n in enumerate(want):
-            lv.ensure(li, n)
+        lv.ensure_all(dict(enumerate(want)))
 
 
 MLMC_ITERATIONS = 6        # rounds of the MLMC allocation on the variances measured so far
