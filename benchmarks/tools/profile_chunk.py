@@ -7,7 +7,12 @@ time means the host, not the GPU, sets the pace; a fit of wall time against oute
 Usage::
 
     python benchmarks/tools/profile_chunk.py [--sizes 256 1024 4096 8192] [--top 30] [--paper] [--callers REGEX]
-                                             [--cond-sample 256]
+                                             [--cond-sample 256] [--host-time]
+
+With ``--host-time`` the device waits by blocking (``cudaDeviceScheduleBlockingSync``), so the host's CPU seconds
+per chunk (its main thread's ``time.thread_time``) count only the host's own work: launching, allocating,
+copying. A chunk whose host seconds come near its kernel seconds is paced by the host as soon as the host slows
+(two workers side by side on one machine).
 """
 
 from __future__ import annotations
@@ -47,10 +52,23 @@ def setup(paper, n):
 def chunk(ctx, n, cond_sample=0):
     cfg, plan, model, xp, book = ctx
     xp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     M, splits = level_specs(cfg)[-1]                                        # the run's finest level
     values, _, timings, _, _ = timed_chunk(cfg, plan, model, xp, 0, n, M, splits, cond_sample, book.aggregate)
+    timings["host"] = time.thread_time() - c0
     return time.perf_counter() - t0, timings, values
+
+
+def _blocking_sync():
+    """The primary context of device 0 waits by blocking (CU_CTX_SCHED_BLOCKING_SYNC), set through the driver API
+    before CuPy makes the context."""
+    import ctypes
+
+    cuda, dev = ctypes.CDLL("libcuda.so.1"), ctypes.c_int()
+    for call in (lambda: cuda.cuInit(0), lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0),
+                 lambda: cuda.cuDevicePrimaryCtxSetFlags(dev, 4)):
+        if call() != 0:
+            raise SystemExit("--host-time: the device's waiting mode could not be set")
 
 
 def main(argv=None):
@@ -62,7 +80,11 @@ def main(argv=None):
     ap.add_argument("--cond-sample", type=int, default=0,
                     help="outer paths whose regressions' condition numbers and design matrices are sampled, as a "
                          "run's first chunk does (cva.engine.nested.COND_SAMPLE: 256); default 0, as the others")
+    ap.add_argument("--host-time", action="store_true",
+                    help="the device waits by blocking, so that 'host' is the host's own CPU seconds per chunk")
     args = ap.parse_args(argv)
+    if args.host_time:                                      # before the device's context is made
+        _blocking_sync()
     from torch.profiler import ProfilerActivity, profile
 
     ctx = setup(args.paper, max(args.sizes))
