@@ -321,7 +321,7 @@ def test_a_runs_aggregation_travels_as_its_configuration():
     assert here.bumped is None and there.bumped is None
     bumped = load_config({**desk, "sensitivities": {"rate": 0.0001}})
     again = pickle.loads(pickle.dumps(Aggregation(bumped, build_plan(bumped), model), protocol=5))
-    assert again.bumped is not None and again.book.width == here.book.width
+    assert again.bumped is not None and again.book.width(7) == here.book.width(7)
 
 
 def test_a_clusters_client_builds_its_book_while_the_workers_compute(tmp_path, client, monkeypatch):

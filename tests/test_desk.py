@@ -101,11 +101,12 @@ def test_a_hedged_netting_set_has_no_exposure_and_an_unreachable_threshold_no_co
     ee = res.exposures.set_index("netting_set")
     np.testing.assert_array_equal(ee.loc["csa", "EE_uncollateralized"], ee.loc["plain", "EE"])
     # the per-path values kept: every netting set's values at the exposure dates, the gross values again only for
-    # the netting set under a CSA (the others' are the same numbers), and the six trades' contributions
+    # the netting set under a CSA (the others' are the same numbers), and the six trades' contributions for the
+    # first three of the seven inner sets, spread over the seven rows
     K = res.exposures.query("netting_set == 'plain'").shape[0]
     manifest = json.loads((tmp_path / "d" / rundir.MANIFEST).read_text())
     (values, _), *_ = rundir.load_chunks(tmp_path / "d", manifest["config_hash"], 0)
-    assert values.shape[-1] == (3 + 1) * K + 6
+    assert values.shape == (7, values.shape[1], (3 + 1) * K + math.ceil(3 * 6 / 7))
 
 
 def test_allocations_add_up_to_each_netting_set(tmp_path):
@@ -175,8 +176,71 @@ def test_a_float32_run_keeps_its_values_in_float32(tmp_path):
     cva.run(bumped, progress=False, chunk=SIM["outer_paths"], keep_chunks=True)
     manifest = json.loads((tmp_path / "s" / rundir.MANIFEST).read_text())
     [(wide, _)] = rundir.load_chunks(tmp_path / "s", manifest["config_hash"], 0)
-    assert wide.dtype == np.float64 and wide.shape[-1] > book.width
-    np.testing.assert_array_equal(wide[..., :book.width], values)
+    assert wide.dtype == np.float64 and wide.shape[-1] > book.width(values.shape[0])
+    np.testing.assert_array_equal(wide[..., :book.width(values.shape[0])], values)
+
+
+class _Levels:
+    """The levels' interface :meth:`cva.xva.desk.Book.allocations` reads (:class:`cva.engine.nested.Levels`)."""
+
+    def __init__(self, levels):
+        self._levels = levels
+
+    def levels(self, values):
+        from dataclasses import replace
+        return [replace(lv, sets=values(lv.sets)) for lv in self._levels]
+
+
+def test_a_chunk_keeps_the_contributions_the_allocations_read(tmp_path):
+    """A chunk of seven inner sets (the extrapolated estimator's) keeps the trades' contributions of the whole set
+    and its halves only, packed path by path over its rows: they are bitwise those of each set aggregated alone
+    (one set: the contributions as they are), the netting sets' values are untouched, the chunk is the fifth
+    smaller it should be, and every estimator's allocations (estimate and standard error) are bitwise those
+    computed from all seven sets' contributions."""
+    from cva.engine.estimators import Level, combine
+    from cva.xva.desk import KEPT_SETS, Book
+
+    csa = {"threshold": 2.0, "minimum_transfer_amount": 0.5, "independent_amount": 1.0, "margin_period_of_risk": "14d"}
+    sets = [{"name": "x", "portfolio": [PUT, {**CALL, "quantity": -1.0}]},
+            {"name": "z", "csa": csa, "portfolio": [PUT, {**CALL, "quantity": -1.0}, {**CALL, "strike": 90.0}]}]
+    c = load_config(_desk(tmp_path, "k", [{"name": "C", "recovery": 0.4, "hazard_rate": 0.02, "netting_sets": sets}],
+                          own_credit={"recovery": 0.4, "hazard_rate": 0.01}))
+    plan, model = build_plan(c), BlackScholes.from_market(c.market)
+    book = Book.of_config(c, plan, model)
+    book.dtype = np.dtype(np.float64)
+    L, C, K = 40, len(plan.contracts), len(plan.exposure_index)
+    cube = np.random.default_rng(5).normal(10.0, 5.0, size=(7, L, C, len(plan.value_index)))
+    first = (len(book.entries) + len(book.collateralized)) * K
+    alone = [book.aggregate(cube[s:s + 1]) for s in range(7)]               # one set: nothing packed
+    assert all(a.shape[-1] == book.width(1) == first + 2 * C for a in alone)
+    chunk = book.aggregate(cube)
+    assert chunk.shape == (7, L, book.width(7)) and book.width(7) == first + math.ceil(KEPT_SETS * 2 * C / 7)
+    np.testing.assert_array_equal(chunk[..., :first], np.concatenate([a[..., :first] for a in alone]))
+    full = {side: np.concatenate([a[..., first + i * C:first + (i + 1) * C] for a in alone])
+            for i, side in enumerate(("cva", "dva"))}                                   # (7, L, C)
+    for side in full:
+        np.testing.assert_array_equal(book.contributions(chunk, side), full[side][:KEPT_SETS])
+    tail = chunk[..., first:].transpose(1, 0, 2).reshape(L, -1)
+    assert not tail[:, KEPT_SETS * 2 * C:].any()                                    # the pad
+    three = book.aggregate(cube[:3])                                               # three sets: as they are
+    np.testing.assert_array_equal(three[..., first:], np.concatenate([full["cva"][:3], full["dva"][:3]], axis=-1))
+    def per_set(x, side):                                           # (sets, L, C): each set aggregated alone
+        i = ("cva", "dva").index(side)
+        return np.concatenate([book.aggregate(x[s:s + 1])[..., first + i * C:first + (i + 1) * C]
+                               for s in range(len(x))])
+
+    plans = {"plain": [(1, cube[:3])], "extrapolated": [(2, cube)],
+             "mlmc": [(0, cube[:1]), (1, cube[:3]), (1, cube[3:6])]}                     # (splits, sets) per level
+    for estimator, levels in plans.items():
+        book.estimator = estimator
+        rows = book.allocations(_Levels([Level(li, 8 * 2 ** li, k, book.aggregate(x))
+                                         for li, (k, x) in enumerate(levels)]))
+        for side in full:
+            ref = [Level(li, 8 * 2 ** li, k, per_set(x, side)) for li, (k, x) in enumerate(levels)]
+            for j, row in enumerate(rows):
+                est = combine(ref, lambda X, j=j: X[..., j], estimator)
+                assert row[f"{side}_allocation"] == float(est["estimate"]), (estimator, side, j)
+                assert row[f"{side}_allocation_stderr"] == float(est["stderr"]), (estimator, side, j)
 
 
 def test_sensitivities_per_counterparty_against_the_closed_form(tmp_path):
