@@ -100,13 +100,13 @@ def test_a_hedged_netting_set_has_no_exposure_and_an_unreachable_threshold_no_co
     assert ns["csa"]["collateralized"] and not ns["plain"]["collateralized"]
     ee = res.exposures.set_index("netting_set")
     np.testing.assert_array_equal(ee.loc["csa", "EE_uncollateralized"], ee.loc["plain", "EE"])
-    # the per-path values kept: every netting set's values at the exposure dates, the gross values again only for
-    # the netting set under a CSA (the others' are the same numbers), and the six trades' contributions for the
-    # first three of the seven inner sets, spread over the seven rows
+    # the per-path values kept: every netting set's values at the exposure dates for the seven inner sets; for the
+    # first three, spread over the seven rows, the gross values again only for the netting set under a CSA (the
+    # others' are the same numbers) and the six trades' contributions
     K = res.exposures.query("netting_set == 'plain'").shape[0]
     manifest = json.loads((tmp_path / "d" / rundir.MANIFEST).read_text())
     (values, _), *_ = rundir.load_chunks(tmp_path / "d", manifest["config_hash"], 0)
-    assert values.shape == (7, values.shape[1], (3 + 1) * K + math.ceil(3 * 6 / 7))
+    assert values.shape == (7, values.shape[1], 3 * K + math.ceil(3 * (K + 6) / 7))
 
 
 def test_allocations_add_up_to_each_netting_set(tmp_path):
@@ -191,14 +191,17 @@ class _Levels:
         return [replace(lv, sets=values(lv.sets)) for lv in self._levels]
 
 
-def test_a_chunk_keeps_the_contributions_the_allocations_read(tmp_path):
-    """A chunk of seven inner sets (the extrapolated estimator's) keeps the trades' contributions of the whole set
-    and its halves only, packed path by path over its rows: they are bitwise those of each set aggregated alone
-    (one set: the contributions as they are), the netting sets' values are untouched, the chunk is the fifth
-    smaller it should be, and every estimator's allocations (estimate and standard error) are bitwise those
-    computed from all seven sets' contributions."""
+def test_a_chunk_keeps_the_sets_the_measures_read(tmp_path):
+    """A chunk of seven inner sets (the extrapolated estimator's) keeps every set's netted values, and the gross
+    values under a CSA and the trades' contributions of the whole set and its halves only, packed path by path over
+    its rows: they are bitwise those of each set aggregated alone (one or three sets: nothing packed, the values
+    side by side), the chunk has the width it should, and every estimator's allocations, uncollateralized CVA and
+    uncollateralized exposure (estimates and standard errors) are bitwise those computed from all seven sets."""
+    from dataclasses import replace
+
     from cva.engine.estimators import Level, combine
-    from cva.xva.desk import KEPT_SETS, Book
+    from cva.xva.credit import run_credits
+    from cva.xva.desk import KEPT_SETS, Book, desk_measures
 
     csa = {"threshold": 2.0, "minimum_transfer_amount": 0.5, "independent_amount": 1.0, "margin_period_of_risk": "14d"}
     sets = [{"name": "x", "portfolio": [PUT, {**CALL, "quantity": -1.0}]},
@@ -209,38 +212,53 @@ def test_a_chunk_keeps_the_contributions_the_allocations_read(tmp_path):
     book = Book.of_config(c, plan, model)
     book.dtype = np.dtype(np.float64)
     L, C, K = 40, len(plan.contracts), len(plan.exposure_index)
+    S, A = len(book.entries), len(book.collateralized)
+    record = A * K + 2 * C                      # a kept set's: the gross values under the CSA, the CVA and DVA parts
     cube = np.random.default_rng(5).normal(10.0, 5.0, size=(7, L, C, len(plan.value_index)))
-    first = (len(book.entries) + len(book.collateralized)) * K
-    alone = [book.aggregate(cube[s:s + 1]) for s in range(7)]               # one set: nothing packed
-    assert all(a.shape[-1] == book.width(1) == first + 2 * C for a in alone)
+    alone = [book.aggregate(cube[s:s + 1]) for s in range(7)]
+    assert all(a.shape[-1] == book.width(1) == S * K + record for a in alone)
+    for a in alone:                                                       # one set: the values side by side
+        np.testing.assert_array_equal(book.uncollateralized(a)[0], a[0, :, S * K:S * K + A * K].reshape(L, A, K))
+        for i, side in enumerate(("cva", "dva")):
+            at = S * K + A * K + i * C
+            np.testing.assert_array_equal(book.contributions(a, side)[0], a[0, :, at:at + C])
     chunk = book.aggregate(cube)
-    assert chunk.shape == (7, L, book.width(7)) and book.width(7) == first + math.ceil(KEPT_SETS * 2 * C / 7)
-    np.testing.assert_array_equal(chunk[..., :first], np.concatenate([a[..., :first] for a in alone]))
-    full = {side: np.concatenate([a[..., first + i * C:first + (i + 1) * C] for a in alone])
-            for i, side in enumerate(("cva", "dva"))}                                   # (7, L, C)
-    for side in full:
-        np.testing.assert_array_equal(book.contributions(chunk, side), full[side][:KEPT_SETS])
-    tail = chunk[..., first:].transpose(1, 0, 2).reshape(L, -1)
-    assert not tail[:, KEPT_SETS * 2 * C:].any()                                    # the pad
-    three = book.aggregate(cube[:3])                                               # three sets: as they are
-    np.testing.assert_array_equal(three[..., first:], np.concatenate([full["cva"][:3], full["dva"][:3]], axis=-1))
-    def per_set(x, side):                                           # (sets, L, C): each set aggregated alone
-        i = ("cva", "dva").index(side)
-        return np.concatenate([book.aggregate(x[s:s + 1])[..., first + i * C:first + (i + 1) * C]
-                               for s in range(len(x))])
+    assert chunk.shape == (7, L, book.width(7)) and book.width(7) == S * K + math.ceil(KEPT_SETS * record / 7)
+    np.testing.assert_array_equal(chunk[..., :S * K], np.concatenate([a[..., :S * K] for a in alone]))
+    np.testing.assert_array_equal(book.uncollateralized(chunk),
+                                  np.concatenate([book.uncollateralized(a) for a in alone[:KEPT_SETS]]))
+    for side in ("cva", "dva"):
+        np.testing.assert_array_equal(book.contributions(chunk, side),
+                                      np.concatenate([book.contributions(a, side) for a in alone[:KEPT_SETS]]))
+    assert not chunk[..., S * K:].transpose(1, 0, 2).reshape(L, -1)[:, KEPT_SETS * record:].any()      # the pad
+    np.testing.assert_array_equal(book.aggregate(cube[:3]), np.concatenate(alone[:3]))          # three: side by side
 
+    def per_set(x, values):                                 # every set of the cube x aggregated alone, then mapped
+        return np.concatenate([values(book.aggregate(x[s:s + 1])) for s in range(len(x))])
+
+    _, own = run_credits(c, model.rate)
     plans = {"plain": [(1, cube[:3])], "extrapolated": [(2, cube)],
              "mlmc": [(0, cube[:1]), (1, cube[:3]), (1, cube[3:6])]}                     # (splits, sets) per level
     for estimator, levels in plans.items():
         book.estimator = estimator
-        rows = book.allocations(_Levels([Level(li, 8 * 2 ** li, k, book.aggregate(x))
-                                         for li, (k, x) in enumerate(levels)]))
-        for side in full:
-            ref = [Level(li, 8 * 2 ** li, k, per_set(x, side)) for li, (k, x) in enumerate(levels)]
+        ours = _Levels([Level(li, 8 * 2 ** li, k, book.aggregate(x)) for li, (k, x) in enumerate(levels)])
+        rows = book.allocations(ours)
+        for side in ("cva", "dva"):
+            ref = [Level(li, 8 * 2 ** li, k, per_set(x, lambda a, side=side: book.contributions(a, side)))
+                   for li, (k, x) in enumerate(levels)]
             for j, row in enumerate(rows):
                 est = combine(ref, lambda X, j=j: X[..., j], estimator)
                 assert row[f"{side}_allocation"] == float(est["estimate"]), (estimator, side, j)
                 assert row[f"{side}_allocation_stderr"] == float(est["stderr"]), (estimator, side, j)
+        full = [Level(li, 8 * 2 ** li, k, per_set(x, book.uncollateralized)) for li, (k, x) in enumerate(levels)]
+        got, want = (desk_measures(book, model, ours.levels(book.netted),
+                                   lambda j, raw=raw: [replace(x, sets=x.sets[..., book.collateralized.index(j), :])
+                                                       for x in raw], estimator, 0.95, own)
+                     for raw in (book.kept_levels(ours, book.uncollateralized), full))
+        for key in ("cva_uncollateralized", "cva_uncollateralized_stderr", "cva", "cva_stderr"):
+            assert got[1]["C"]["netting_sets"]["z"][key] == want[1]["C"]["netting_sets"]["z"][key], (estimator, key)
+        for key in ("EE_uncollateralized", "collateral", "EE"):
+            np.testing.assert_array_equal(np.asarray(got[2][1][key]), np.asarray(want[2][1][key]))
 
 
 def test_sensitivities_per_counterparty_against_the_closed_form(tmp_path):

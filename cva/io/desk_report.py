@@ -129,7 +129,7 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
     trades' t = 0 prices (:func:`cva.engine.pricing.price`, one row per trade in portfolio order)."""
     estimator, q = cfg.simulation.estimator, cfg.output.pfe_quantile
 
-    raw = lv.levels(book.uncollateralized)
+    raw = book.kept_levels(lv, book.uncollateralized)
 
     def uncollateralized(j):                                                   # (netting set j has a CSA)
         return [replace(x, sets=x.sets[..., book.collateralized.index(j), :]) for x in raw]

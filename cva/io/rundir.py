@@ -174,10 +174,10 @@ def read_manifest(path: Path) -> dict:
 #: What a chunk file holds (run.json's ``chunk_values``): the aggregate of :meth:`cva.xva.desk.Book.aggregate`,
 #: and the solver statistics' samples as arrays (:meth:`cva.engine.nested.DateStats.to_state`). A run directory
 #: whose chunks hold something else (the value cube itself, an aggregate that also held the uncollateralized netting
-#: sets' values twice, one kept in float64 for a float32 run, the samples in the JSON, or the trades' contributions
-#: of every inner set, before) cannot be resumed.
-CHUNK_VALUES = ("netting-set aggregate in the run's dtype, gross values under a CSA only, contributions of the first "
-                "three inner sets; statistics' samples as arrays")
+#: sets' values twice, one kept in float64 for a float32 run, the samples in the JSON, or the gross values and the
+#: trades' contributions of every inner set, before) cannot be resumed.
+CHUNK_VALUES = ("netting-set aggregate in the run's dtype, gross values under a CSA only; gross values and "
+                "contributions of the first three inner sets; statistics' samples as arrays")
 
 
 def check_resumable(out_dir: Path, old: dict, manifest: dict):

@@ -18,9 +18,12 @@ from cva.xva.collateral import collateral, net_of_collateral
 from cva.xva.credit import run_credits
 from linalg_gpu._backend import get_array_module
 
-#: The inner sets whose per-path contributions a chunk keeps: the whole inner set and its two halves, all that the
-#: allocations read (the plain mean and the correction Y at depth 0, :func:`cva.engine.estimators.combine`).
-KEPT_SETS = 3
+#: The inner sets whose uncollateralized values and trades' contributions a chunk keeps: the whole inner set and its
+#: halves (splits 0 and 1), all that the estimates and standard errors of the uncollateralized CVA and exposure and
+#: of the allocations read, by any estimator (the plain mean and the correction Y at depth 0,
+#: :func:`cva.engine.estimators.combine`).
+KEPT_SPLITS = 1
+KEPT_SETS = 2 ** (KEPT_SPLITS + 1) - 1
 
 
 class Book:
@@ -36,10 +39,11 @@ class Book:
     (computed in float64; a float32 run's paths carry float32's precision, and its chunks send, write and hold half
     the bytes); :meth:`netted`, :meth:`uncollateralized` and :meth:`contributions` take them out.
 
-    The contributions are kept for the first :data:`KEPT_SETS` inner sets only (the whole set and its halves): the
-    allocations' estimates and standard errors read no others, by any estimator (:meth:`allocations`). They are
-    laid out path by path across the chunk's set rows (:meth:`_packed`), so that with the estimator's seven inner
-    sets a chunk is a fifth smaller (the desk benchmark: 12481 values per outer path instead of 15680)."""
+    The netted values are kept for every inner set (the CVA's bias estimates read them all); the uncollateralized
+    values and the contributions for the first :data:`KEPT_SETS` only (the whole set and its halves), all that
+    their measures read (:meth:`kept_levels`). Those are laid out path by path across the chunk's set rows
+    (:meth:`_packed`): with the extrapolated estimator's seven inner sets the desk benchmark's chunk holds 10563
+    values per outer path instead of 15680."""
 
     def __init__(self, cfg, plan, credits, model, own=None):
         self.entries = cfg.book()
@@ -73,16 +77,17 @@ class Book:
         if own is not None:
             self.sides.append(("dva", -1.0, [w for _, w in weights]))
         K = len(plan.exposure_index)
-        self._contributions_at = (S + len(self.collateralized)) * K                 # after the netting sets' values
-        self._contribution_columns = len(self.sides) * C                             # per kept inner set
+        self._netted_columns = S * K
+        self._contributions_at = len(self.collateralized) * K       # in a kept set's record, after the gross values
+        self._kept_columns = self._contributions_at + len(self.sides) * C                   # per kept inner set
 
     def width(self, sets):
-        """The columns of a chunk of ``sets`` inner sets: the netting sets' values, then the kept sets' contributions
-        spread over the ``sets`` rows."""
-        return self._contributions_at + self._block(sets)
+        """The columns of a chunk of ``sets`` inner sets: the netting sets' values, then the kept sets' records
+        (their uncollateralized values and contributions) spread over the ``sets`` rows."""
+        return self._netted_columns + self._block(sets)
 
     def _block(self, sets):
-        return -(-min(sets, KEPT_SETS) * self._contribution_columns // sets)
+        return -(-min(sets, KEPT_SETS) * self._kept_columns // sets)
 
     @classmethod
     def of_config(cls, cfg, plan, model):
@@ -119,11 +124,11 @@ class Book:
         cols = plan.exposure_cols
         P = self.gross(cube) if P is None else P                                        # (sets, L, S, V)
         net = self.exposed(P)
-        parts = [net.reshape(net.shape[:2] + (S * K,))]
-        if self.collateralized:                                             # without the collateral, CSAs only
-            raw = P[:, :, self.collateralized][..., cols]                                # (sets, L, CSAs, K)
-            parts.append(raw.reshape(raw.shape[:2] + (len(self.collateralized) * K,)))
         kept = min(cube.shape[0], KEPT_SETS)
+        record = []                                                        # the kept sets' (kept, L, columns)
+        if self.collateralized:                                             # without the collateral, CSAs only
+            raw = P[:kept, :, self.collateralized][..., cols]                            # (kept, L, CSAs, K)
+            record.append(raw.reshape(raw.shape[:2] + (len(self.collateralized) * K,)))
         outs = [xp.zeros((kept,) + cube.shape[1:3], dtype=np.float64) for _ in self.sides]   # (kept, L, C) per side
         for j, e in enumerate(self.entries):
             members = list(e.members)
@@ -132,12 +137,12 @@ class Book:
                 own = own - self._shares(cube[:kept], P[:kept, ..., j, :], members, e.csa, self.margins[j], xp)
             for out, (_, side, weights) in zip(outs, self.sides, strict=True):
                 euler_contributions(own, net[:kept], j, weights[j], side, members, out)
-        packed = self._packed(xp.concatenate(outs, axis=-1), cube.shape[0], xp)
-        return xp.concatenate(parts + [packed], axis=-1).astype(self.dtype, copy=False)
+        packed = self._packed(xp.concatenate(record + outs, axis=-1), cube.shape[0], xp)
+        return xp.concatenate([net.reshape(net.shape[:2] + (S * K,)), packed], axis=-1).astype(self.dtype, copy=False)
 
     def _packed(self, c, sets, xp):
-        """The kept sets' contributions c (kept, L, X) as (sets, L, :meth:`_block`): path l's kept * X values in
-        order, set by set, over its ``sets`` rows (zeros after them). With ``sets`` <= KEPT_SETS it is c itself."""
+        """The kept sets' records c (kept, L, X) as (sets, L, :meth:`_block`): path l's kept * X values in order,
+        set by set, over its ``sets`` rows (zeros after them). With ``sets`` <= KEPT_SETS it is c itself."""
         kept, L, X = c.shape
         block = self._block(sets)
         flat = xp.zeros((L, sets * block), dtype=c.dtype)
@@ -163,20 +168,34 @@ class Book:
         return _dates_major(chunk[..., :S * K].reshape(chunk.shape[:-1] + (S, K)))
 
     def uncollateralized(self, chunk):
-        """(sets, N, CSAs, K): the values without their collateral of the netting sets under a CSA
-        (:attr:`collateralized`, in that order)."""
-        S, K, A = len(self.entries), len(self.plan.exposure_index), len(self.collateralized)
-        return _dates_major(chunk[..., S * K:self._contributions_at].reshape(chunk.shape[:-1] + (A, K)))
+        """(kept sets, N, CSAs, K): the values without their collateral of the netting sets under a CSA
+        (:attr:`collateralized`, in that order) of a chunk or level (sets, N, W) (numpy), for the first
+        :data:`KEPT_SETS` inner sets."""
+        K, A = len(self.plan.exposure_index), len(self.collateralized)
+        x = self._kept(chunk, 0, A * K)
+        return _dates_major(x.reshape(x.shape[:2] + (A, K)))
 
     def contributions(self, chunk, name="cva"):
         """(kept sets, N, C): each trade's per-path contribution to its netting set's CVA (``name`` "dva": DVA) of
         a chunk or level (sets, N, W) (numpy), for the first :data:`KEPT_SETS` inner sets."""
-        i = [n for n, _, _ in self.sides].index(name)
-        sets, C, X = chunk.shape[0], len(self.plan.contracts), self._contribution_columns
+        i, C = [n for n, _, _ in self.sides].index(name), len(self.plan.contracts)
+        return self._kept(chunk, self._contributions_at + i * C, C)
+
+    def _kept(self, chunk, start, count):
+        """(kept sets, N, count): the columns start .. start + count - 1 of each kept set's record, from the
+        chunk's packed rows (:meth:`_packed`)."""
+        sets = chunk.shape[0]
         block, kept = self._block(sets), min(sets, KEPT_SETS)
-        at = (np.arange(kept)[:, None] * X + i * C + np.arange(C)).ravel()         # in the path's packed values
-        out = chunk[at // block, :, self._contributions_at + at % block]                  # (kept C, N)
-        return out.reshape(kept, C, -1).transpose(0, 2, 1)
+        at = (np.arange(kept)[:, None] * self._kept_columns + start + np.arange(count)).ravel()   # in a path's record
+        out = chunk[at // block, :, self._netted_columns + at % block]                     # (kept count, N)
+        return out.reshape(kept, count, chunk.shape[1]).transpose(0, 2, 1)
+
+    def kept_levels(self, lv, values):
+        """The levels of ``lv`` (:class:`cva.engine.nested.Levels`) mapped by ``values`` of the kept sets
+        (:meth:`uncollateralized`, :meth:`contributions`): as far as their halves (splits at most
+        :data:`KEPT_SPLITS`), which is all that an estimate and its standard error read
+        (:func:`cva.engine.estimators.combine`)."""
+        return [replace(x, splits=min(x.splits, KEPT_SPLITS)) for x in lv.levels(values)]
 
     def allocations(self, lv) -> list[dict]:
         """Per trade (in the plan's order) its Euler allocation to its netting set's CVA (and DVA) with standard
@@ -185,9 +204,8 @@ class Book:
         collateral (Pykhtin & Rosen, :mod:`cva.xva.collateral`); they add up to the netting set's CVA path by
         path."""
         rows = [{"contract": c.name, "quantity": c.quantity} for c in self.plan.contracts]
-        for name, _, _ in self.sides:                      # (the kept sets: the levels as far as their halves)
-            parts = [replace(p, splits=min(p.splits, 1))
-                     for p in lv.levels(lambda x, name=name: self.contributions(x, name))]
+        for name, _, _ in self.sides:
+            parts = self.kept_levels(lv, lambda x, name=name: self.contributions(x, name))
             for i, row in enumerate(rows):
                 a = combine(parts, lambda X, i=i: X[..., i], self.estimator)
                 row[f"{name}_allocation"], row[f"{name}_allocation_stderr"] = float(a["estimate"]), float(a["stderr"])
