@@ -125,7 +125,8 @@ def test_bench_scale_reports_the_bytes_a_task_sends_back(tmp_path, monkeypatch):
     level = len(res.levels) - 1
     (values, _), _ = rundir.load_chunks(tmp_path / "run", res.summary["config_hash"], level)
     assert bench_scale._chunk_bytes(tmp_path / "run", level) == values.nbytes
-    assert values.shape[1] == 8 and values.nbytes > res.levels[-1].sets[:, :8].nbytes         # more than the netted
+    netted = np.prod(res.levels[-1].sets.shape[2:])                         # a path's netted values per inner set
+    assert values.shape[:2] == (7, 8) and values.shape[-1] > netted and values.dtype == np.float32
 
 
 def test_bench_scale_row_is_the_median_run(tmp_path, monkeypatch):
