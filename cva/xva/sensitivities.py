@@ -148,7 +148,8 @@ class BumpedDesk:
         out = {k: {} for k in self.counterparties}
         for family, label, up, down, width in self.rows:
             for k, name in enumerate(self.counterparties):
-                a, b = (up - len(self.scenarios)) * n + k, (down - len(self.scenarios)) * n + k    # (the last)
+                # the scenarios' columns are the chunk's last, scenario by scenario, counterparty by counterparty
+                a, b = (up - len(self.scenarios)) * n + k, (down - len(self.scenarios)) * n + k
                 est = combine(levels, lambda X, a=a, b=b: X[..., a] - X[..., b], self.estimator)
                 value = [float(est["estimate"]) / width, float(est["stderr"]) / width]
                 if label is None:
