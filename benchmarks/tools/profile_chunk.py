@@ -9,7 +9,7 @@ Usage::
     python benchmarks/tools/profile_chunk.py [--sizes 256 1024 4096 8192] [--top 30] [--paper] [--callers REGEX]
                                              [--cond-sample 256] [--host-time]
 
-With ``--host-time`` the device waits by blocking (``cudaDeviceScheduleBlockingSync``), so the host's CPU seconds
+With ``--host-time`` the device waits by blocking (``CU_CTX_SCHED_BLOCKING_SYNC``), so the host's CPU seconds
 per chunk (its main thread's ``time.thread_time``) count only the host's own work: launching, allocating,
 copying. A chunk whose host seconds come near its kernel seconds is paced by the host as soon as the host slows
 (two workers side by side on one machine).
@@ -65,10 +65,8 @@ def _blocking_sync():
     import ctypes
 
     cuda, dev = ctypes.CDLL("libcuda.so.1"), ctypes.c_int()
-    for call in (lambda: cuda.cuInit(0), lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0),
-                 lambda: cuda.cuDevicePrimaryCtxSetFlags(dev, 4)):
-        if call() != 0:
-            raise SystemExit("--host-time: the device's waiting mode could not be set")
+    if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0) or cuda.cuDevicePrimaryCtxSetFlags(dev, 4):
+        raise SystemExit("--host-time: the device's waiting mode could not be set")
 
 
 def main(argv=None):
