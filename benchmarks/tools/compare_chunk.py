@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 WORKER = r'''
-import json, os, sys, time
+import json, os, pickle, sys, time
 import numpy as np
 tree, sizes, repeat, paper, out = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]), \
     sys.argv[4] == "1", sys.argv[5]
@@ -55,9 +56,20 @@ for L in sizes:
     runs = [chunk(L) for _ in range(repeat)]
     seconds[L] = [t for t, _, _ in runs]
     np.save(f"{out}_{L}.npy", runs[-1][1])
-    json.dump(runs[-1][2], open(f"{out}_{L}_stats.json", "w"))
+    pickle.dump(runs[-1][2], open(f"{out}_{L}_stats.pkl", "wb"))      # (its samples are arrays)
 json.dump(seconds, open(out + ".json", "w"))
 '''
+
+
+def _same(a, b) -> bool:
+    """Two chunks' statistics (:meth:`DateStats.to_state`: dicts, lists, numbers and arrays) equal, arrays bitwise."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    return a == b or (a != a and b != b)
 
 
 def main(argv=None):
@@ -90,11 +102,12 @@ def main(argv=None):
                     for L, ts in json.load(open(out + ".json")).items():
                         seconds[str(tree)][int(L)] += ts
         def stats(i, r, L):
-            return json.load(open(os.path.join(tmp, f"{i}_{r}_{L}_stats.json")))
+            with open(os.path.join(tmp, f"{i}_{r}_{L}_stats.pkl"), "rb") as f:
+                return pickle.load(f)
 
         same = {L: all(np.array_equal(np.load(os.path.join(tmp, f"0_{r}_{L}.npy")),
                                       np.load(os.path.join(tmp, f"{i}_{r}_{L}.npy")))
-                       and stats(0, r, L) == stats(i, r, L)
+                       and _same(stats(0, r, L), stats(i, r, L))
                        for r in range(args.rounds) for i in range(1, len(args.trees)))
                 for L in args.sizes}
     for L in args.sizes:

@@ -78,6 +78,7 @@ def main(argv=None):
     ap.add_argument("--cond-sample", type=int, default=0,
                     help="outer paths whose regressions' condition numbers and design matrices are sampled, as a "
                          "run's first chunk does (cva.engine.nested.COND_SAMPLE: 256); default 0, as the others")
+    ap.add_argument("--kernels-all", action="store_true", help="the kernel table for every size, not the first only")
     ap.add_argument("--host-time", action="store_true",
                     help="the device waits by blocking, so that 'host' is the host's own CPU seconds per chunk")
     args = ap.parse_args(argv)
@@ -101,7 +102,7 @@ def main(argv=None):
         print(f"outer {n}: wall {wall:.3f} s, kernels {total:.3f} s ({launches} launches), "
               f"result {values.nbytes / 1e6:.1f} MB, stages "
               + ", ".join(f"{k} {v:.3f}" for k, v in timings.items() if v > 0), flush=True)
-        if n == args.sizes[0]:
+        if n == args.sizes[0] or args.kernels_all:
             for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:args.top]:
                 print(f"{e.self_device_time_total / 1e6:8.4f} s {e.count:7d}x  {e.key[:100]}")
     if len(args.sizes) > 1:
