@@ -47,6 +47,7 @@ INSTANCES = {
     ENGINE_DIR / "affine_exercise.cu": ["affine_exercise<float, float, unsigned char>",
                                         "affine_exercise<float, double, unsigned char>",
                                         "affine_exercise<double, double, int>"],
+    ENGINE_DIR / "asset_steps.cu": ["asset_steps<float>", "asset_steps<double>"],
     ENGINE_DIR / "gram_equations.cu": ["gram_equations<float>", "gram_equations<double>"],
     ENGINE_DIR / "euler_contributions.cu": ["euler_contributions<double>"],
     ENGINE_DIR / "solver_stats.cu": ["solver_stats<float>", "solver_stats<double>"],

@@ -607,3 +607,43 @@ def test_gram_equations_kernel_is_its_twin(rng, dtype, d, extra, groups, splits)
         if empty:
             np.testing.assert_array_equal(A_t[zero], np.broadcast_to(np.eye(len(idx)), A_t[zero].shape))
             assert not b_t[zero].any() and (A_t[~zero][:, 0, 0] != 0).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dates, assets, M", [([0, 1, 2, 3], [2, 0, 2, 1], 64), ([0, 2, 3], [1, 3], 40),
+                                              ([1, 3], [0], 64)])
+def test_a_stacks_date_major_slices_are_the_twins_and_price_as_them(rng, dtype, dates, assets, M):
+    """cva/engine/cuda/asset_steps.cu: a stack's slices gathered date-major from inner paths read through their
+    strides are bitwise the numpy twin's, each date's slice one contiguous block; and Longstaff-Schwartz on the
+    date-major view (values, parts, cashflows, exercise dates; then the cashflows at those dates, the kept-policy
+    kernel) is bitwise the same calls on a path-major copy. M = 40: a block's last 32 paths are 8."""
+    from cva.engine.lsm import stopped_cashflows
+    from cva.engine.nested import _asset_steps, asset_steps_twin
+    from cva.instruments.products import stacked_payoff
+
+    L, T = 5, 4
+    model = BlackScholes(spot=[100.0, 90.0, 110.0, 95.0], vol=[0.2, 0.3, 0.25, 0.35], dividend=0.01, rate=0.03,
+                         correlation=0.4)
+    S = model.sample(np.arange(T + 1) * 0.25, 2 * M, seed=3, purpose="inner", outer=(0, L), dtype=dtype)
+    idx = np.asarray(dates)
+    Sg = cp.asarray(S)[:, ::2]                                               # (L, M, T, d), paths 2 apart
+    got = _asset_steps(Sg, idx, assets, cp)
+    want = asset_steps_twin(S[:, ::2], idx, assets)
+    assert got.shape == want.shape == (len(assets) * L, M, len(dates), 1) and got.dtype == dtype
+    np.testing.assert_array_equal(got.get(), want)
+    assert all(got[:, :, j].flags.c_contiguous for j in range(len(dates)))
+    contracts = [Contract(style="bermudan", payoff=("put", "call")[i % 2], underlying="asset", asset=a,
+                          strike=model.spot[a] * (0.95 + 0.05 * i), maturity=1.0, n_exercise=len(dates))
+                 for i, a in enumerate(assets)]
+    payoff = stacked_payoff(contracts, L, cp)
+    scale = np.asarray(model.spot)[assets][:, None] if len(set(assets)) > 1 else model.spot[assets[0]:assets[0] + 1]
+    psi = basis.make_basis("linear", scale, True, False)
+    times = 0.25 * (idx + 1.0)
+    vanilla = (np.repeat([c.strike for c in contracts], L), np.repeat([c.payoff == "call" for c in contracts], L))
+    runs = []
+    for paths in (got, cp.asarray(want)):
+        res = longstaff_schwartz(paths, times, payoff, psi, model.rate, splits=2, keep_stopping=True)
+        kept = stopped_cashflows(paths, times, res.stopping, payoff, model.rate, vanilla=vanilla)
+        runs.append([res.value, res.cashflow, *res.parts, *res.stopping, kept.value, *kept.parts])
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a.get(), b.get())
