@@ -459,17 +459,17 @@ def _asset_steps(S, idx, assets, xp):
     exercises 0.45 -> 0.39 s; the same bits). On the CPU :func:`asset_steps_twin`'s values, path-major; so too on
     the GPU where a block's 32 paths' assets would not fit its shared memory (d of 384 or more in float32, 192 in
     float64)."""
-    if xp is np or 32 * (S.shape[3] | 1) * S.itemsize > 48 * 1024:
+    L, M, _, d = S.shape
+    it, pitch = S.itemsize, d | 1                          # (a path's row in the block's tile: 32 x pitch values)
+    if xp is np or 32 * pitch * it > 48 * 1024:
         return asset_steps_twin(S, idx, assets)
     import cupy as cp
 
     from linalg_gpu._kernels import get_function
 
-    L, M, _, d = S.shape
     C, N = len(assets), idx.size
     out = cp.empty((N, C, L, M), dtype=S.dtype)
     if out.size:
-        it, pitch = S.itemsize, d | 1
         index = cp.asarray(np.concatenate([idx, assets]).astype(np.int32))         # (the dates', then the assets')
         get_function("asset_steps.cu", "asset_steps", S.dtype, cuda_dir=CUDA_DIR)(
             (L * -(-M // 32),), (256,),
@@ -480,8 +480,7 @@ def _asset_steps(S, idx, assets, xp):
 
 def asset_steps_twin(S, idx, assets):
     """numpy twin of ``cuda/asset_steps.cu`` (its values; path-major): S[:, :, idx, a] for each a of ``assets``,
-    (len(assets) L, M, N, 1), in one gather after one of the dates where they are not consecutive (a copy per
-    contract cost a launch each on the GPU before the kernel)."""
+    (len(assets) L, M, N, 1), in one gather after one of the dates where they are not consecutive."""
     xp = get_array_module(S)
     if len(assets) == 1:
         return _steps(S[..., assets[0]:assets[0] + 1], idx)
