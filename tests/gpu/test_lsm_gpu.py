@@ -610,20 +610,24 @@ def test_gram_equations_kernel_is_its_twin(rng, dtype, d, extra, groups, splits)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("dates, assets, M", [([0, 1, 2, 3], [2, 0, 2, 1], 64), ([0, 2, 3], [1, 3], 40),
-                                              ([1, 3], [0], 64)])
-def test_a_stacks_date_major_slices_are_the_twins_and_price_as_them(rng, dtype, dates, assets, M):
+@pytest.mark.parametrize("d, dates, assets, M, basis_name", [
+    (4, [0, 1, 2, 3], [2, 0, 2, 1], 64, "linear"), (4, [0, 2, 3], [1, 3], 40, "linear"), (4, [1, 3], [0], 64, "linear"),
+    (3, [0, 1, 3], [2, 0, 1], 40, "linear"), (4, [0, 1, 2, 3], [2, 0, 2, 1], 64, "quadratic"),
+    (3, [0, 1, 3], [2, 0, 1], 40, "quadratic"), (5, [0, 2, 3], [4, 1, 4], 96, "quadratic")])
+def test_a_stacks_date_major_slices_are_the_twins_and_price_as_them(rng, dtype, d, dates, assets, M, basis_name):
     """cva/engine/cuda/asset_steps.cu: a stack's slices gathered date-major from inner paths read through their
     strides are bitwise the numpy twin's, each date's slice one contiguous block; and Longstaff-Schwartz on the
     date-major view (values, parts, cashflows, exercise dates; then the cashflows at those dates, the kept-policy
-    kernel) is bitwise the same calls on a path-major copy. M = 40: a block's last 32 paths are 8."""
+    kernel) is bitwise the same calls on a path-major copy. M = 40: a block's last 32 paths are 8; d = 3 and 5: a
+    tile's pitch is d itself (d + 1 for even d); quadratic: more columns than the linear basis (the Laguerre basis
+    needs a market of one asset: never stacked)."""
     from cva.engine.lsm import stopped_cashflows
     from cva.engine.nested import _asset_steps, asset_steps_twin
     from cva.instruments.products import stacked_payoff
 
     L, T = 5, 4
-    model = BlackScholes(spot=[100.0, 90.0, 110.0, 95.0], vol=[0.2, 0.3, 0.25, 0.35], dividend=0.01, rate=0.03,
-                         correlation=0.4)
+    model = BlackScholes(spot=[100.0, 90.0, 110.0, 95.0, 105.0][:d], vol=[0.2, 0.3, 0.25, 0.35, 0.3][:d],
+                         dividend=0.01, rate=0.03, correlation=0.4)
     S = model.sample(np.arange(T + 1) * 0.25, 2 * M, seed=3, purpose="inner", outer=(0, L), dtype=dtype)
     idx = np.asarray(dates)
     Sg = cp.asarray(S)[:, ::2]                                               # (L, M, T, d), paths 2 apart
@@ -637,7 +641,7 @@ def test_a_stacks_date_major_slices_are_the_twins_and_price_as_them(rng, dtype, 
                  for i, a in enumerate(assets)]
     payoff = stacked_payoff(contracts, L, cp)
     scale = np.asarray(model.spot)[assets][:, None] if len(set(assets)) > 1 else model.spot[assets[0]:assets[0] + 1]
-    psi = basis.make_basis("linear", scale, True, False)
+    psi = basis.make_basis(basis_name, scale, True, False)
     times = 0.25 * (idx + 1.0)
     vanilla = (np.repeat([c.strike for c in contracts], L), np.repeat([c.payoff == "call" for c in contracts], L))
     runs = []
@@ -647,3 +651,17 @@ def test_a_stacks_date_major_slices_are_the_twins_and_price_as_them(rng, dtype, 
         runs.append([res.value, res.cashflow, *res.parts, *res.stopping, kept.value, *kept.parts])
     for a, b in zip(*runs, strict=True):
         np.testing.assert_array_equal(a.get(), b.get())
+
+
+@pytest.mark.parametrize("dtype, d", [(np.float32, 383), (np.float32, 384), (np.float64, 191), (np.float64, 192)])
+def test_a_stacks_slices_at_the_shared_memory_bound_are_the_twins(rng, dtype, d):
+    """On either side of the tile's 48 KB bound (d = 383 | 384 in float32, 191 | 192 in float64): the kernel's
+    date-major values, or the twin's gathers where the tile would not fit, bitwise the numpy twin's."""
+    from cva.engine.nested import _asset_steps, asset_steps_twin
+
+    S = rng.standard_normal((2, 33, 3, d)).astype(dtype)
+    idx, assets = np.asarray([0, 2]), [d - 1, 0, d // 2]
+    got = _asset_steps(cp.asarray(S), idx, assets, cp)
+    want = asset_steps_twin(S, idx, assets)
+    assert got.shape == want.shape == (3 * 2, 33, 2, 1)
+    np.testing.assert_array_equal(got.get(), want)
