@@ -40,12 +40,19 @@ def check_problems(stderr: str, path, keys):
         assert line.startswith(f"{path}: {key}: "), line
 
 
-@pytest.mark.parametrize("name", ["american_put.yaml", "max_call.yaml"])
+@pytest.mark.parametrize("name", ["american_put.yaml", "max_call.yaml", "desk.yaml"])
 def test_validate_ok(name, capsys):
+    """A valid file: ok, and the run's estimated cost as the run would log it (a desk's too)."""
+    from cva.backend import resolve_backend
+    from cva.engine.plan import describe_cost, run_cost
+    from cva.io.config import load_config
+
     path = str(CONFIGS / name)
     assert main(["validate", path]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith(f"{path}: ok (") and err == ""
+    cfg = load_config(path)
+    kind = "cpu" if resolve_backend(cfg.run.backend)[0].__name__ == "numpy" else "gpu"
+    assert out == f"{path}: ok ({cfg.summary()}); a run: {describe_cost(run_cost(cfg, kind))}\n" and err == ""
 
 
 def test_validate_reports_every_problem(bad_config, capsys):

@@ -135,7 +135,7 @@ def test_a_float32_run_keeps_its_values_in_float32(tmp_path):
     netting set's CVA and DVA to the rounding of the per-path values: with u = 2^-24 float32's unit roundoff and the
     estimator's weights (extrapolated: 2 and -1) summing to 3 in absolute value, within 3 u (E sum_i |c_i| + |CVA|)
     and a factor 2 for the CVA's own sum over the dates. With sensitivities the chunk is float64, its base part
-    the same numbers."""
+    the same numbers. The summary's aggregate size is the chunk's bytes as it came (not the levels' float64 copy)."""
     from cva.engine.nested import DateStats, chunk_values
     from cva.engine.plan import level_specs
     from cva.xva.desk import Book
@@ -151,6 +151,7 @@ def test_a_float32_run_keeps_its_values_in_float32(tmp_path):
     manifest = json.loads((tmp_path / "f" / rundir.MANIFEST).read_text())
     [(values, _)] = rundir.load_chunks(tmp_path / "f", manifest["config_hash"], 0)
     assert values.dtype == np.float32 and all(lv.sets.dtype == np.float64 for lv in res.levels)
+    assert res.summary["value_cube"]["aggregated_megabytes"] == values.nbytes / 1e6       # the chunk's, in float32
     c = load_config(cfg)
     plan, model = build_plan(c), BlackScholes.from_market(c.market)
     credits = {e.counterparty: Counterparty.from_config(e.credit, model.rate) for e in c.book()}
@@ -173,10 +174,11 @@ def test_a_float32_run_keeps_its_values_in_float32(tmp_path):
             assert abs(total - ns[name][side]) <= 2 * 3 * u * (scale + abs(ns[name][side])), (name, side)
     # with sensitivities the chunk is float64 (the bumped markets' CVAs are differenced), its base part the same
     bumped = {**cfg, "sensitivities": {"spot": 0.01}, "output": {"dir": str(tmp_path / "s")}}
-    cva.run(bumped, progress=False, chunk=SIM["outer_paths"], keep_chunks=True)
+    wide_res = cva.run(bumped, progress=False, chunk=SIM["outer_paths"], keep_chunks=True)
     manifest = json.loads((tmp_path / "s" / rundir.MANIFEST).read_text())
     [(wide, _)] = rundir.load_chunks(tmp_path / "s", manifest["config_hash"], 0)
     assert wide.dtype == np.float64 and wide.shape[-1] > book.width(values.shape[0])
+    assert wide_res.summary["value_cube"]["aggregated_megabytes"] == wide.nbytes / 1e6
     np.testing.assert_array_equal(wide[..., :book.width(values.shape[0])], values)
 
 

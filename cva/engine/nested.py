@@ -520,6 +520,7 @@ class Levels:
         self.specs = level_specs(cfg)
         self.cond_level = len(self.specs) - 1                          # the configured finest level
         self.parts = [[] for _ in self.specs]           # per level, its values: chunks, joined by levels()
+        self.value_bytes = 0                            # the chunks' values as they came (the run's dtype or float64)
         self.chunks = [0 for _ in self.specs]           # per level, the chunks so far (the next chunk's index)
         self.seconds = [0.0] * len(self.specs)
         self.loaded = {}
@@ -582,6 +583,7 @@ class Levels:
                     _add_timings(self.timings, meta["timings"])
                 self.seconds[li] += meta["seconds"]
                 self.parts[li].append(values)
+                self.value_bytes += values.nbytes
                 self.chunks[li] += 1
                 self._tick()
                 continue
@@ -593,6 +595,7 @@ class Levels:
                 _add_timings(self.timings, timings)
             self.seconds[li] += seconds
             self.parts[li].append(values)
+            self.value_bytes += values.nbytes
             self.chunks[li] += 1
             if self.executor is None:
                 self._tick(f"level {li} ({self.specs[li][0]} inner paths): outer paths {l0}..{l0 + Lc - 1} in "

@@ -737,7 +737,8 @@ class Simulation(_Section):
     pricing_paths: Int = Field(
         100_000, ge=2, le=rng.PATH_LIMIT, description="paths of `cva price` (plain LSM at t = 0)")
     inner_paths: Annotated[int | SqrtOuter, BeforeValidator(_inner_paths)] = Field(
-        256, description="inner paths per outer path and date (the finest level's); or {sqrt_outer: c}")
+        256, description="inner paths per outer path and date (the finest level's), an integer from 2 to "
+                         f"{rng.PATH_LIMIT}; or {{sqrt_outer: c}}")
     basis: Literal["linear", "quadratic", "laguerre"] = Field(
         "linear", description="the LSM regressors: linear, quadratic (with the cross terms) or laguerre (one asset)")
     payoff_regressor: bool = Field(False, description="add the payoff as a regressor")

@@ -159,7 +159,7 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
         "own_credit": None if own is None else {"recovery": own.recovery, "credit": own.description},
         "default_model": "default independent of the market (no wrong-way risk)",
         "value_cube": {"shape": cube, "megabytes": 8 * float(np.prod(cube)) / 1e6,
-                       "aggregated_megabytes": sum(x.sets.nbytes for x in lv.levels()) / 1e6,
+                       "aggregated_megabytes": lv.value_bytes / 1e6,
                        "axes": "estimator sets (whole inner set, halves, ...), outer paths, trades, value dates",
                        "note": "aggregated chunk by chunk where it was computed (netting sets' values net and gross "
                                "of collateral, the trades' per-path CVA and DVA contributions): the host holds the "

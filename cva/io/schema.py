@@ -45,19 +45,56 @@ def _type(annotation) -> str:
         return f"list of {_type(args[0])}" if args else "list"
     if origin is dict:
         return f"mapping {_type(args[0])} -> {_type(args[1])}"
+    if annotation is dict:
+        return "mapping"
     if isinstance(annotation, type) and issubclass(annotation, c._Section):
         return f"mapping ({annotation.__name__})"
     return {float: "number", int: "integer", str: "text", bool: "true/false"}.get(annotation, str(annotation))
 
 
-def _bounds(field) -> str:
-    marks = {Ge: (">=", "ge"), Gt: (">", "gt"), Le: ("<=", "le"), Lt: ("<", "lt"), MinLen: ("at least", "min_length")}
+_MARKS = {Ge: (">=", "ge"), Gt: (">", "gt"), Le: ("<=", "le"), Lt: ("<", "lt"), MinLen: ("at least", "min_length")}
+
+
+def _marks(metadata, each="") -> list[str]:
+    """The bounds among ``metadata`` (annotated_types marks, or a pydantic Field's), prefixed by ``each``."""
     out = []
-    for m in field.metadata:
-        for cls, (sign, attr) in marks.items():
+    for m in metadata:
+        for cls, (sign, attr) in _MARKS.items():
             if isinstance(m, cls):
-                out.append(f"{sign} {getattr(m, attr)}" + (" entries" if cls is MinLen else ""))
-    return ", ".join(out)
+                out.append(f"{each}{sign} {getattr(m, attr)}" + (" entries" if cls is MinLen else ""))
+        if hasattr(m, "metadata") and not isinstance(m, type):                  # Field(...) inside Annotated
+            out += _marks(m.metadata, each)
+    return out
+
+
+def _nested(annotation, each="") -> list[str]:
+    """The bounds inside a type: of an Annotated (here or within an optional or a union), of a list's entries
+    (``each``), of a mapping's keys and values."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _nested(args[0], each) + _marks(annotation.__metadata__, each)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return [b for a in args for b in _nested(a, each)]
+    if origin is tuple and args:
+        return _nested(args[0], "each ")
+    if origin is dict:
+        return _nested(args[0], "each key ") + _nested(args[1], "each value ")
+    return []
+
+
+def _bounds(field) -> str:
+    return ", ".join(dict.fromkeys(_marks(field.metadata) + _nested(field.annotation)))
+
+
+def _yaml(v) -> str:
+    """A default as YAML writes it."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(_yaml(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_yaml(k)}: {_yaml(x)}" for k, x in v.items()) + "}"
+    return str(v)
 
 
 def _default(field) -> str:
@@ -65,7 +102,7 @@ def _default(field) -> str:
         return "required"
     if field.default_factory is not None:
         return "(its defaults)"
-    return "null" if field.default is None else f"`{field.default!r}`".replace("'", "")
+    return "null" if field.default is None else f"`{_yaml(field.default)}`"
 
 
 def markdown() -> str:
