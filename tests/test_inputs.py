@@ -24,6 +24,8 @@ def _base(tmp_path, changes=()):
            "simulation": {"dates": 4, "outer_paths": 64, "inner_paths": 16},
            "output": {"dir": str(tmp_path / "out")}}
     for (section, key), value in dict(changes).items():
+        if section == "csa":
+            cfg.setdefault("csa", {"margin_period_of_risk": "10d"})
         target = cfg[section][0] if section == "portfolio" else cfg[section]
         target[key] = value
     return cfg
@@ -40,7 +42,12 @@ def _one_line(capsys):
     (("market", "vol"), 1e308, "float64", "market.vol: 1e+308 (asset 0)"),
     (("portfolio", "quantity"), 1e308, "float64", "portfolio[0].quantity: 1e+308 gives contract values"),
     (("portfolio", "strike"), 1e300, "float64", "portfolio[0].strike: 1e+300 gives contract values"),
-    (("portfolio", "strike"), 1e36, "float32", "beyond the float32 range"),
+    (("portfolio", "strike"), 1e36, "float32", "portfolio[0].strike: 1e+36 gives contract values near e^84, beyond "
+                                               "what the run can sum and square (e^69 in float32)"),
+    (("portfolio", "quantity"), 1e150, "float64", "portfolio[0].quantity: 1e+150 gives contract values near e^353, "
+                                                 "beyond what the run can sum and square (e^345 in float64)"),
+    (("csa", "independent_amount"), -1e300, "float64", "csa.independent_amount: -1e+300 is beyond"),
+    (("csa", "threshold"), 1e160, "float32", "csa.threshold: 1e+160 is beyond"),
 ])
 def test_inputs_that_overflow_are_refused_naming_the_key(tmp_path, capsys, where, value, dtype, words):
     cfg = _base(tmp_path, {where: value, ("run", "dtype"): dtype})
@@ -54,11 +61,17 @@ def test_inputs_that_overflow_are_refused_naming_the_key(tmp_path, capsys, where
 
 def test_large_but_representable_inputs_run(tmp_path):
     """The check is no tighter than it must be: a strike of 1e100 in float64 runs and gives finite numbers,
-    the CVA scaling with the notional as the homogeneity of Black-Scholes says."""
+    the CVA scaling with the notional as the homogeneity of Black-Scholes says; so does a quantity of 1e145 just
+    under the bound of the values' squares, with its report (its plots on log axes) and finite exposures."""
     small = cva.run(_base(tmp_path, {("output", "dir"): str(tmp_path / "s")}), progress=False)
     cfg = _base(tmp_path, {("market", "spot"): 1e102, ("portfolio", "strike"): 1e102})
     big = cva.run(cfg, progress=False)
     assert np.isfinite(big.cva) and big.cva == pytest.approx(small.cva * 1e100, rel=1e-6)
+    cfg = _base(tmp_path, {("portfolio", "quantity"): 1e145, ("output", "dir"): str(tmp_path / "q")})
+    many = cva.run(cfg, progress=False)
+    assert many.cva == pytest.approx(small.cva * 1e145, rel=1e-12) and np.isfinite(many.stderr)
+    assert np.isfinite(many.exposures.drop(columns="date").to_numpy(dtype=float)).all()
+    assert (tmp_path / "q" / "report.html").exists()
 
 
 def test_yaml_nested_too_deep_is_one_line(tmp_path, capsys):

@@ -96,6 +96,27 @@ def test_a_fresh_run_into_a_non_empty_directory_needs_overwrite(tmp_path, capsys
     assert main(["run", str(path), "--overwrite", "--resume"]) == 2
 
 
+def test_overwrite_refuses_a_directory_that_holds_no_run(tmp_path, capsys):
+    """Files named as a run's outputs in a directory without a run's run.json are the user's: --overwrite refuses
+    (one line), and every file stays as it was; with a foreign run.json too."""
+    cfg = _config(tmp_path, "mine")
+    out = tmp_path / "mine"
+    (out / "exposures").mkdir(parents=True)
+    mine = {out / "trades.csv": "id,style\nT1,european\n", out / "summary.json": "{}", out / "exposures" / "a.csv": "x"}
+    for path, text in mine.items():
+        path.write_text(text)
+    with pytest.raises(rundir.RunDirectoryError, match="holds no earlier run"):
+        cva.run(cfg, progress=False, overwrite=True)
+    (out / rundir.MANIFEST).write_text('{"not": "a run"}')
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no earlier run" in err[0] and "--overwrite" in err[0]
+    assert all(p.read_text() == text for p, text in mine.items())
+    assert (out / rundir.MANIFEST).read_text() == '{"not": "a run"}'
+
+
 def test_a_chunk_of_another_run_is_refused_on_resume(tmp_path, monkeypatch):
     a, b = _config(tmp_path, "a"), _config(tmp_path, "b", seed=12)
     original = _interrupt_at(monkeypatch, nested, "chunk_values", 3)

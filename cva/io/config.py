@@ -1061,10 +1061,12 @@ class Config(_Section):
 
     def _overflow_problems(self, T) -> list[tuple[tuple, str]]:
         """Inputs whose prices or values leave the run's dtype: a bound on the asset prices (ten standard
-        deviations of the log price up to the horizon), then on each contract's value |q| (K + S), with
-        e^20 to spare for the sums over paths and dates."""
+        deviations of the log price up to the horizon), then on each contract's value |q| (K + S) and each CSA's
+        amounts, with e^20 to spare for the sums over paths and dates; the values' squares (the standard errors',
+        in float64) bound them to e^345 in a float64 run too."""
         dtype = np.dtype(self.run.dtype)
         room = math.log(float(np.finfo(dtype).max)) - 20.0
+        values_room = min(room, 0.5 * (math.log(float(np.finfo(np.float64).max)) - 20.0))
         m, problems = self.market, []
         log_s = []
         for a in range(m.d):
@@ -1085,12 +1087,25 @@ class Config(_Section):
                 scale = sum(abs(w) for w in c.weights) / abs(sum(c.weights)) if c.underlying == "basket" else 1.0
                 log_u = max(log_s) + math.log(scale)
             log_value = math.log(abs(c.quantity)) + max(math.log(c.strike), log_u) + math.log(2.0)
-            if log_value > room:
+            if log_value > values_room:
                 key = "quantity" if math.log(abs(c.quantity)) > max(math.log(c.strike), log_u) else "strike"
                 problems.append(((*self.contract_loc(i), key), f"{_show(getattr(c, key))} gives contract values near "
-                                                        f"e^{log_value:.0f}, beyond the {dtype.name} range of the run "
-                                                        f"(e^{room + 20:.0f}, with e^20 for the sums over paths)"))
+                                                        f"e^{log_value:.0f}, beyond what the run can sum and square "
+                                                        f"(e^{values_room:.0f} in {dtype.name})"))
+        for loc, csa in self._csas():
+            for key in ("threshold", "minimum_transfer_amount", "independent_amount"):
+                x = abs(getattr(csa, key))
+                if x > 0 and math.log(x) + math.log(2.0) > values_room:
+                    problems.append(((*loc, key), f"{_show(getattr(csa, key))} is beyond what the run can sum and "
+                                                  f"square (e^{values_room:.0f} in {dtype.name})"))
         return problems
+
+    def _csas(self):
+        """(key path, CSA) of every collateral agreement in the book."""
+        if self.counterparties is None:
+            return [] if self.csa is None else [(("csa",), self.csa)]
+        return [(("counterparties", i, "netting_sets", j, "csa"), ns.csa) for i, cp in enumerate(self.counterparties)
+                for j, ns in enumerate(cp.netting_sets) if ns.csa is not None]
 
     # -- derived quantities
 

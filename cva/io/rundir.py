@@ -102,14 +102,21 @@ def earlier_run_files(out_dir: Path, outputs) -> list[Path]:
 
 
 def start_fresh(out_dir: Path, outputs, overwrite: bool):
-    """Refuse a non-empty run directory unless ``overwrite``; then remove the earlier run's files only."""
+    """Refuse a non-empty run directory unless ``overwrite`` and it holds an earlier run (its run.json); then remove
+    the earlier run's files only. A directory of files but no run is refused even with ``overwrite``: files named
+    as a run's outputs there (a trades.csv, say) are the user's, not an earlier run's."""
     entries = sorted(p.name for p in out_dir.iterdir() if p.name != LOCK)
     if not entries:
         return
+    shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
     if not overwrite:
-        shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
         raise RunDirectoryError(f"{out_dir} is not empty ({shown}): use --overwrite (overwrite=True) to replace "
                                 f"the run in it, --resume to continue it, or another run directory")
+    try:
+        read_manifest(out_dir / MANIFEST)
+    except ResumeError:
+        raise RunDirectoryError(f"{out_dir} holds no earlier run (no {MANIFEST} of one) but {shown}: --overwrite "
+                                f"replaces a run's files only; use an empty or new run directory") from None
     for path in earlier_run_files(out_dir, outputs):
         path.unlink(missing_ok=True)
     for folder in {(out_dir / n).parent for n in outputs if "*" in n}:
