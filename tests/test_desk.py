@@ -346,12 +346,22 @@ CSV_HEAD = "id,counterparty,netting_set,style,payoff,underlying,strike,maturity,
                                                                          r"row 2\) \(trades_file row 3\)"),
     ("T1,A,a,european,call,0,-5,1,,1\n", r"trades_file: row 2, column strike: must be > 0"),
     ("T1,A,a,european,call,7,100,1,,1\n", r"underlying.asset: 7 is out of range.*\(trades_file row 2\)"),
+    ("T1,A,a,european,call,0,100,1,,1\nT2,A,a,european,call,0,100,1,,1,,99\n",
+     r"trades_file: row 3: 2 more fields than the header's 10 columns \('99'\)"),
 ])
 def test_trades_file_errors_name_the_row_and_column(tmp_path, rows, words):
     (tmp_path / "t.csv").write_text(CSV_HEAD + rows)
     cfg = _desk(tmp_path, "e", [{"name": "A", "hazard_rate": 0.02, "netting_sets": [{"name": "a"}]}],
                 trades_file=str(tmp_path / "t.csv"))
     with pytest.raises(ConfigError, match=words):
+        load_config(cfg)
+
+
+def test_a_csv_with_a_column_twice(tmp_path):
+    (tmp_path / "t.csv").write_text(CSV_HEAD.rstrip("\n") + ",strike\nT1,A,a,european,call,0,100,1,,1,100\n")
+    cfg = _desk(tmp_path, "e", [{"name": "A", "hazard_rate": 0.02, "netting_sets": [{"name": "a"}]}],
+                trades_file=str(tmp_path / "t.csv"))
+    with pytest.raises(ConfigError, match=r"trades_file: .*t.csv: the header has column strike twice"):
         load_config(cfg)
 
 

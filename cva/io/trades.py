@@ -36,12 +36,20 @@ def read_trades(path) -> tuple[list[dict], list[str]]:
     if missing:
         return [], [f"{path}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} (the header has "
                     f"{', '.join(header) or 'nothing'})"]
+    twice = sorted({h for h in header if header.count(h) > 1})
+    if twice:
+        return [], [f"{path}: the header has column{'s' if len(twice) > 1 else ''} {', '.join(twice)} twice"]
     unknown = [h for h in header if h not in COLUMNS + OPTIONAL]
     if unknown:
         return [], [f"{path}: unknown column{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (expected "
                     f"{', '.join(COLUMNS + OPTIONAL)})"]
     rows, problems = [], []
     for r, raw in enumerate(reader, start=2):
+        extra = [v for v in raw.get(None) or [] if v.strip()]                 # fields beyond the header's columns
+        if extra:
+            problems.append(f"row {r}: {len(raw[None])} more field{'s' if len(raw[None]) > 1 else ''} than the "
+                            f"header's {len(header)} columns ({', '.join(repr(v) for v in extra[:3])})")
+            continue
         raw = {(k or "").strip(): (v or "").strip() for k, v in raw.items() if k is not None}
         row, bad = _row(raw)
         problems += [f"row {r}, column {c}: {msg}" for c, msg in bad]
