@@ -18,9 +18,11 @@ from cva.engine.nested import STAGES, DateStats, Levels, sample_levels
 from cva.engine.plan import (
     COST_LIMIT_SECONDS,
     build_plan,
+    bytes_per_outer_path,
     chunk_size,
     describe_cost,
     level_specs,
+    memory_bytes,
     run_cost,
 )
 from cva.engine.pricing import price
@@ -105,9 +107,13 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             log(f"cluster: {n_workers} workers ({client.scheduler.address})")
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
         on_workers = executor is not None and kind == "gpu"               # (sized by the workers' GPUs)
-        chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
-                    or chunk_size(plan, model.d, dtype.itemsize, None if on_workers else xp, n_workers,
-                                  executor.free_device_bytes() if on_workers else None))
+        free = executor.free_device_bytes() if on_workers else None
+        given = chunk or cfg.simulation.chunk
+        chunk = int(given or (old or {}).get("chunk")                                    # the interrupted run's
+                    or chunk_size(plan, model.d, dtype.itemsize, None if on_workers else xp, n_workers, free))
+        if executor is None or on_workers:                    # (a CPU cluster's workers' memory is theirs to know)
+            _check_memory(plan, model.d, dtype.itemsize, chunk, memory_bytes(None if on_workers else xp, free),
+                          kind, on_workers, given)
         manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
                     "backend": kind, "dtype": dtype.name, "config": rundir.hashed_config(cfg),
                     "chunk_values": rundir.CHUNK_VALUES}
@@ -189,6 +195,21 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
             if write and not keep_chunks:
                 rundir.remove_chunks(out_dir)
     return result
+
+
+def _check_memory(plan, d, itemsize, chunk, memory, kind, on_workers, given):
+    """A ValueError (one line, naming what to change) where a chunk's memory (:func:`bytes_per_outer_path` per
+    outer path) exceeds ``memory`` (None: unknown, not checked): a run that could only fail, or be killed, later."""
+    need = chunk * bytes_per_outer_path(plan, d, itemsize)
+    if memory is None or need <= memory:
+        return
+    where = ("free on the workers' GPUs" if on_workers else "free on the GPU" if kind == "gpu"
+             else "of this machine's memory")
+    what = (f"chunk: {chunk} outer paths need" if given else
+            f"simulation.inner_paths: {plan.inner_paths} inner paths on {len(plan.grid)} dates need, in a chunk of "
+            f"{chunk} outer paths,")
+    raise ValueError(f"{what} about {need / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB {where}: "
+                     + ("give a smaller chunk" if given else "use fewer inner paths or dates"))
 
 
 def _check_run(cfg, plan, kind, confirm) -> dict:

@@ -9,6 +9,7 @@ import yaml
 
 import cva
 from cva.cli import main
+from cva.io import rundir
 from cva.io.config import MAX_YAML_BYTES, ConfigError, load_config
 from linalg_gpu._backend import cupy_available
 
@@ -99,6 +100,23 @@ def test_a_run_too_large_is_refused_before_any_work(tmp_path, capsys):
     assert not any((tmp_path / "out").glob("*"))
     with pytest.raises(ValueError, match="confirm=True"):
         cva.run(cfg, progress=False)
+
+
+@pytest.mark.parametrize("changes, args, words", [
+    ({("simulation", "outer_paths"): 2, ("simulation", "inner_paths"): 2 ** 32}, [],
+     "simulation.inner_paths: 4294967296 inner paths on"),
+    ({("simulation", "outer_paths"): 2 ** 31}, ["--chunk", str(2 ** 30)], "chunk: 1073741824 outer paths need about"),
+])
+def test_a_chunk_beyond_the_machines_memory_is_refused_before_any_work(tmp_path, capsys, changes, args, words):
+    """A run whose chunk of the fewest outer paths (or the chunk asked for) needs more than the machine's physical
+    memory (terabytes here) is refused in one line naming what to change, not started to fail or be killed later."""
+    cfg = _base(tmp_path, {**changes, ("run", "backend"): "cpu"})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(path), "--yes", *args]) == 2
+    line = _one_line(capsys)
+    assert words in line and "GiB of this machine's memory" in line, line
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [rundir.LOCK]
 
 
 def test_validate_prints_the_estimate_and_checks_the_backend(tmp_path, capsys):

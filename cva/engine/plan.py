@@ -3,6 +3,7 @@ the estimator, the memory per outer path and the chunk size, and the run's cost 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -150,6 +151,19 @@ def device_free_bytes(cp) -> int:
     """The GPU's free memory for a chunk: the device's free bytes and those CuPy's memory pool holds unused."""
     free, _ = cp.cuda.runtime.memGetInfo()
     return int(free + cp.get_default_memory_pool().free_bytes())
+
+
+def memory_bytes(xp, free_bytes=None) -> int | None:
+    """The memory a chunk can have at most: this machine's physical memory (``xp`` numpy), the GPU's free memory
+    (:func:`device_free_bytes`), or ``free_bytes`` where given (a cluster's GPUs); None where unknown."""
+    if free_bytes is not None:
+        return int(free_bytes)
+    if xp is np:
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return None
+    return device_free_bytes(xp) if xp is not None else None
 
 
 def chunk_size(plan, d, itemsize, xp, workers=None, free_bytes=None) -> int:
