@@ -153,7 +153,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         with Levels(cfg, plan, model, xp, out_dir, manifest, chunk, stats, timings, log, bar, resume, executor,
                     aggregate) as lv:                # (its chunk files written, also on an error: --resume)
             try:
-                sample_levels(cfg, lv, g, log, values)
+                notes = sample_levels(cfg, lv, g, log, values)
             finally:
                 if bar is not None:
                     bar.close()
@@ -183,7 +183,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 lv.finish()                                                     # the chunk files, before the summary
                 result = desk_report.finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir,
                                             device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, own=own,
-                                            sensitivities=sens, prices=prices)
+                                            sensitivities=sens, prices=prices, warnings=notes)
             else:
                 trades = book.allocations(lv)
                 twin = european_twin(cfg, plan, model, [c.quantity for c in plan.contracts], netted) \
@@ -191,7 +191,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
                 lv.finish()
                 result = report.finish(cfg, plan, model, counterparty, netted, stats, timings, out_dir,
                                        device=device, chunk=chunk, elapsed=elapsed, manifest=manifest, trades=trades,
-                                       own=own, sensitivities=sens, twin=twin)
+                                       own=own, sensitivities=sens, twin=twin, warnings=notes)
             if write and not keep_chunks:
                 rundir.remove_chunks(out_dir)
     return result

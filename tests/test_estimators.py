@@ -6,8 +6,10 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 
 import cva
+from cva.cli import main
 from cva.engine import nested
 from cva.io.config import ConfigError, load_config
 
@@ -74,6 +76,30 @@ def test_target_rmse_is_met(tmp_path):
     res2 = cva.run(_config(tmp_path, "t2", "mlmc", target_rmse=0.08 * res.cva, max_inner_paths=128),
                    progress=False)
     assert res2.stderr <= eps / math.sqrt(2) * (1 + 1e-12)
+
+
+def test_a_target_not_met_is_a_warning(tmp_path, monkeypatch):
+    """With the allocation's rounds spent (none here) and the finest level at max_inner_paths, a target_rmse the
+    run did not meet is said: in summary.json's warnings (and the report), not left for the user to find."""
+    monkeypatch.setattr(nested, "MLMC_ITERATIONS", 0)
+    res = cva.run(_config(tmp_path, "w", "mlmc", target_rmse="0.1%", max_inner_paths=32), progress=False)
+    assert [lv.paths for lv in res.levels] == [100, 100, 100]                          # the pilot paths only
+    warnings = res.summary["warnings"]
+    assert any("after 0 rounds" in w and "the variance target is not met" in w for w in warnings), warnings
+    assert any(w.startswith("simulation.target_rmse: not met") for w in warnings), warnings
+    html = (tmp_path / "w" / "report.html").read_text()
+    assert html.count("<b>Warning:</b>") == len(warnings)
+
+
+def test_a_target_beyond_the_levels_keys_is_one_line(tmp_path, capsys):
+    """A target_rmse whose allocation needs more outer paths than a level's keys ends the run in one line, after
+    its progress lines (it was left unmet in silence while the levels added used up the allocation's rounds)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_config(tmp_path, "x", "mlmc", target_rmse=1e-6, max_inner_paths=64)))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "outer paths, more than 134217728: ask for a larger simulation.target_rmse" in err.strip().splitlines()[-1]
 
 
 def test_fixed_level_plan(tmp_path):

@@ -719,47 +719,63 @@ class Levels:
         return out
 
 
-def sample_levels(cfg, lv, g, log, values=None):
+def sample_levels(cfg, lv, g, log, values=None) -> list[str]:
     """Grow the levels to the estimator's plan: ``outer_paths`` on the one level of ``plain`` and
     ``extrapolated``; for ``mlmc`` the fixed ``level_paths``, else the MLMC allocation (Giles 2008) for the
-    target variance, iterated on the measured variances from ``pilot_paths`` per level on; with
-    ``target_rmse``, levels are added while the remaining bias exceeds target / sqrt(2). ``g`` is taken of the
-    levels' sets mapped by ``values`` (:meth:`Levels.levels`)."""
+    target variance, iterated on the measured variances from ``pilot_paths`` per level on, at most
+    :data:`MLMC_ITERATIONS` times; with ``target_rmse``, levels are added (rounds of their own, as far as
+    ``max_inner_paths``) while the remaining bias exceeds target / sqrt(2). ``g`` is taken of the levels' sets
+    mapped by ``values`` (:meth:`Levels.levels`). Returns the warnings of a target not met (also logged)."""
     sim = cfg.simulation
     if sim.estimator != "mlmc":
         lv.ensure(0, sim.outer_paths)
-        return
+        return []
     if sim.level_paths is not None:
         lv.ensure_all(dict(enumerate(sim.level_paths)))
-        return
+        return []
     pilot = min(sim.pilot_paths, sim.outer_paths)
     lv.ensure_all({li: pilot for li in range(len(lv.specs))})
-    for _ in range(MLMC_ITERATIONS):
+    rounds, warnings = 0, []
+    while True:
         levels = lv.levels(values)
         rows = level_table(levels, g, "mlmc")
         res = combine(levels, g, "mlmc")
         if not all(np.isfinite([r["variance"] for r in rows] + [res["estimate"]])):
             raise ValueError(f"the run's results are not finite (cva = {res['estimate']}): an input overflows "
                              f"{cfg.run.dtype} (spot, strike, quantity or vol too large)")
+        short = None
         if sim.target_rmse is None:                       # the outer-sampling error of a plain run of outer_paths
             target_variance = rows[-1]["fine_variance"] / sim.outer_paths
         else:
             eps = _absolute_rmse(sim.target_rmse, res["estimate"])
             rem = abs(res["remaining_bias"]) + res["remaining_stderr"]
-            if rem > eps / math.sqrt(2) and 2 * lv.specs[-1][0] <= sim.max_inner_paths:
-                lv.add_level()
-                lv.ensure(len(lv.specs) - 1, pilot)
-                log(f"mlmc: remaining bias {rem:.3g} > target / sqrt(2) = {eps / math.sqrt(2):.3g}: "
-                    f"level {len(lv.specs) - 1} with {lv.specs[-1][0]} inner paths added")
-                continue
+            if rem > eps / math.sqrt(2):
+                if 2 * lv.specs[-1][0] <= sim.max_inner_paths:
+                    lv.add_level()
+                    lv.ensure(len(lv.specs) - 1, pilot)
+                    log(f"mlmc: remaining bias {rem:.3g} > target / sqrt(2) = {eps / math.sqrt(2):.3g}: "
+                        f"level {len(lv.specs) - 1} with {lv.specs[-1][0]} inner paths added")
+                    continue
+                short = (f"simulation.target_rmse: not met: the remaining bias and its error ({rem:.3g}) exceed "
+                         f"target / sqrt(2) = {eps / math.sqrt(2):.3g} with the finest level at max_inner_paths "
+                         f"({lv.specs[-1][0]} inner paths)")
             target_variance = eps ** 2 / 2
         weights = [r["weight"] for r in rows]
         want = allocate([r["variance"] for r in rows], [r["cost_per_path"] for r in rows], weights,
                         max(target_variance, 1e-300))
         if sim.outer_antithetic:
             want = [n + n % 2 for n in want]                                           # whole pairs
-        if all(lv.have(li) >= n for li, n in enumerate(want)):
-            return
+        done = all(lv.have(li) >= n for li, n in enumerate(want))
+        if done or rounds == MLMC_ITERATIONS:
+            if not done:
+                warnings.append(f"the MLMC allocation still asked for more outer paths after {rounds} rounds ("
+                                + ", ".join(f"{lv.have(li)} -> {n}" for li, n in enumerate(want))
+                                + "): the variance target is not met")
+            warnings += [short] if short else []
+            for w in warnings:
+                log(f"warning: {w}")
+            return warnings
+        rounds += 1
         log("mlmc: outer paths per level " + ", ".join(f"{lv.have(li)} -> {max(n, lv.have(li))}"
                                                      for li, n in enumerate(want)))
         lv.ensure_all(dict(enumerate(want)))

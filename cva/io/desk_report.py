@@ -123,10 +123,11 @@ def file_names(names) -> list[str]:
 
 
 def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, device, chunk, elapsed, manifest, own=None,
-           sensitivities=None, prices=None):
+           sensitivities=None, prices=None, warnings=()):
     """The desk's measures (:func:`cva.xva.desk.desk_measures`), allocations and files, summary.json last; the
     RunResult (``cva`` the desk's, ``exposures`` every netting set's profile with its names). ``prices``: the
-    trades' t = 0 prices (:func:`cva.engine.pricing.price`, one row per trade in portfolio order)."""
+    trades' t = 0 prices (:func:`cva.engine.pricing.price`, one row per trade in portfolio order); ``warnings``: the
+    sampling's (:func:`cva.engine.nested.sample_levels`), before the level table's."""
     estimator, q = cfg.simulation.estimator, cfg.output.pfe_quantile
 
     raw = book.kept_levels(lv, book.uncollateralized)
@@ -152,7 +153,7 @@ def finish(cfg, plan, model, book, lv, netted, stats, timings, out_dir, *, devic
         "remaining_bias": None if est["remaining_bias"] is None else float(est["remaining_bias"]),
         "remaining_bias_stderr": None if est["remaining_stderr"] is None else float(est["remaining_stderr"]),
         "counterparties": cps, "netting_sets": len(book.entries), "levels": levels,
-        "warnings": decay_warnings(levels), "pfe_quantile": q,
+        "warnings": [*warnings, *decay_warnings(levels)], "pfe_quantile": q,
         "backend": manifest["backend"], "device": device, "dtype": cfg.run.dtype, "seed": cfg.run.seed,
         "outer_paths": n_paths, "inner_paths": netted[-1].inner_paths, "chunk": chunk,
         "exposure_dates": len(plan.exposure_index), "grid_dates": len(plan.grid), "basis": plan.basis,

@@ -404,14 +404,15 @@ class RunResult:
 
 
 def finish(cfg, plan, model, counterparty, levels, stats, timings, out_dir, *, device, chunk, elapsed, manifest,
-           trades=None, own=None, sensitivities=None, twin=None):
+           trades=None, own=None, sensitivities=None, twin=None, warnings=()):
     """Measures from the levels' per-path values (:mod:`cva.engine.estimators`), then every file of the run directory,
-    summary.json last (none where ``out_dir`` is None); the RunResult."""
+    summary.json last (none where ``out_dir`` is None); the RunResult. ``warnings``: the sampling's
+    (:func:`cva.engine.nested.sample_levels`), before the level table's."""
 
     q = cfg.output.pfe_quantile
     prof, est, contrib = measures.exposures_and_cva(plan, model, counterparty, levels, cfg.simulation.estimator, q,
                                                           own, twin)
-    est["warnings"] = decay_warnings(est["levels"])
+    est["warnings"] = [*warnings, *decay_warnings(est["levels"])]
     solver = solver_table(plan, stats)
     totals = {m: int(solver[m].sum()) for m in ("ldlt", "householder_pcr", "eig_truncate", "none")}
     summary = {
