@@ -168,6 +168,8 @@ def _cmd_analyze_stress(args) -> int:
     there = [n for n in names if args.out and (Path(args.out) / n).exists()]
     if there and not args.overwrite:
         raise _UsageError(f"{args.out}: {', '.join(there)} exist: use --overwrite to replace them")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise _UsageError(f"--out {args.out}: is a file, not a directory")
     res = stress_directions(*models)
     d = res.ratios.size
     print(f"stress {args.stress} against base {args.base}: d = {d} assets, variance ratios and positions "

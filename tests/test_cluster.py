@@ -281,12 +281,21 @@ def test_the_command_line_leaves_a_clusters_backend_to_its_workers(tmp_path, cap
     assert "ok" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("value", ["locale", "local:0", "http://x", 3])
+@pytest.mark.parametrize("value", ["locale", "local:0", "http://x", 3, "tcp://127.0.0.1:notaport", "tcp://h:8786:1",
+                                   "tcp://h x:1"])
 def test_run_cluster_is_checked(tmp_path, value):
     cfg = _quickstart(tmp_path, "x")
     cfg["run"]["cluster"] = value
     with pytest.raises(ConfigError, match=r"run.cluster: must be local, local:N, local-cuda or a scheduler address"):
         load_config(cfg)
+
+
+@pytest.mark.parametrize("value", ["tcp://127.0.0.1:8786", "tcp://[::1]:8786", "tls://sched.example.org:8786",
+                                   "ucx://10.0.0.2:13337", "tcp://scheduler", "inproc://10.0.0.2/1/2"])
+def test_scheduler_addresses_are_taken(tmp_path, value):
+    cfg = _quickstart(tmp_path, "x")
+    cfg["run"]["cluster"] = value
+    assert load_config(cfg).run.cluster == value
 
 
 def test_the_pinned_copy_of_a_numpy_array_is_the_array():

@@ -49,6 +49,8 @@ def _one_line(capsys):
                                                  "beyond what the run can sum and square (e^345 in float64)"),
     (("csa", "independent_amount"), -1e300, "float64", "csa.independent_amount: -1e+300 is beyond"),
     (("csa", "threshold"), 1e160, "float32", "csa.threshold: 1e+160 is beyond"),
+    (("portfolio", "strike"), 1e-300, "float32", "portfolio[0].strike: 1e-300 is below the smallest normal float32"),
+    (("market", "spot"), 1e-45, "float32", "market.spot: 1e-45 (asset 0) is below the smallest normal float32"),
 ])
 def test_inputs_that_overflow_are_refused_naming_the_key(tmp_path, capsys, where, value, dtype, words):
     cfg = _base(tmp_path, {where: value, ("run", "dtype"): dtype})
@@ -88,6 +90,25 @@ def test_a_huge_yaml_is_refused_before_it_is_parsed(tmp_path, capsys):
     path.write_text("market: {spot: 100, vol: 0.2}\nportfolio:\n" + row * (MAX_YAML_BYTES // len(row) + 10))
     with pytest.raises(ConfigError, match="more than a configuration's limit"):
         load_config(path)
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_a_file_without_an_end_is_refused_after_the_limit(tmp_path, capsys):
+    """/dev/zero reports no size: the configuration and a trades_file are read with a bound, not to the end."""
+    assert main(["validate", "/dev/zero"]) == 2
+    assert "/dev/zero: the file has no end, more than a configuration's limit" in _one_line(capsys)
+    cfg = {"market": {"spot": 100.0, "vol": 0.2}, "counterparties": [{"name": "A", "recovery": 0.4,
+           "hazard_rate": 0.02, "netting_sets": [{"name": "a"}]}], "trades_file": "/dev/zero"}
+    with pytest.raises(ConfigError, match=r"trades_file: /dev/zero: no end, more than the limit of"):
+        load_config(cfg)
+
+
+@pytest.mark.parametrize("where, value", [(("run", "name"), "a\nb"), (("output", "dir"), "out\x00q"),
+                                          (("run", "name"), "tab\there")])
+def test_names_with_control_characters_are_refused(tmp_path, where, value):
+    cfg = _base(tmp_path, {where: value})
+    with pytest.raises(ConfigError, match=rf"{'.'.join(where)}: must not hold control characters"):
+        load_config(cfg)
 
 
 def test_a_run_too_large_is_refused_before_any_work(tmp_path, capsys):

@@ -70,6 +70,12 @@ def test_cli_writes_its_files_and_keeps_the_user_s(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "stress.json, stress.png exist: use --overwrite" in err[0]
     assert main(["analyze", "stress", base, stress, "--out", str(out), "--overwrite"]) == 0
+    capsys.readouterr()
+    (tmp_path / "f.txt").write_text("mine")
+    assert main(["analyze", "stress", base, stress, "--out", str(tmp_path / "f.txt")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip().endswith("f.txt: is a file, not a directory")
+    assert (tmp_path / "f.txt").read_text() == "mine"
     one = tmp_path / "one.yaml"
     one.write_text(yaml.safe_dump({"market": {"spot": 100.0, "vol": 0.2}, "portfolio": [
         {"style": "european", "payoff": "call", "underlying": {"asset": 0}, "strike": 100.0, "maturity": 1.0}]}))

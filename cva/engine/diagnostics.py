@@ -34,7 +34,8 @@ def analyse(Xs, cond_max) -> list[dict]:
         for i, s in zip(idx, np.asarray(jacobi_svdvals(stack), dtype=np.float64), strict=True):
             top = s.max(initial=0.0)
             rank = int(np.sum(s > top / np.sqrt(cond_max))) if top > 0 else 0
-            cond2 = float((top / s.min()) ** 2) if s.min() > 0 else float("inf")
+            with np.errstate(over="ignore"):                              # (beyond float64: inf, as for s = 0)
+                cond2 = float((top / s.min()) ** 2) if s.min() > 0 else float("inf")
             out[i] = {"singular_values": s, "rank": rank, "p": p, "cond2": cond2}
     return out
 

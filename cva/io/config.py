@@ -379,9 +379,18 @@ def _schema_order(cls, loc) -> tuple:
     return tuple(key)
 
 
+def _plain_text(v):
+    """A name or path without control characters (a newline would split the run's log lines and name a directory
+    no shell shows; a NUL no file system takes)."""
+    if isinstance(v, str) and any(ord(ch) < 32 or ord(ch) == 127 for ch in v):
+        raise _fail(f"must not hold control characters (newline, tab, NUL), got {_show(v)}")
+    return v
+
+
 def _cluster(v):
     if not isinstance(v, str) or not (v in ("local", "local-cuda") or re.fullmatch(r"local:[1-9][0-9]*", v)
-                                      or re.fullmatch(r"(tcp|tls|ucx|inproc)://\S+", v)):
+                                      or re.fullmatch(r"(tcp|tls|ucx)://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+)(:[0-9]{1,5})?/?",
+                                                      v) or re.fullmatch(r"inproc://\S+", v)):
         raise _fail(f"must be local, local:N, local-cuda or a scheduler address such as tcp://host:8786, "
                     f"got {_show(v)}")
     return v
@@ -405,7 +414,8 @@ def _factors(v):
 class Run(_Section):
     """``run``: name, seed, backend and dtype of the run."""
 
-    name: str = Field("run", min_length=1, description="the run's name (names the output directory)")
+    name: Annotated[str, BeforeValidator(_plain_text)] = Field(
+        "run", min_length=1, description="the run's name (names the output directory)")
     seed: Int = Field(
         0, ge=0, lt=2**32, description="the random streams' key: the same seed gives the same numbers on any chunking "
                                        "and device")
@@ -757,7 +767,8 @@ class Simulation(_Section):
                                     "(see the README)")
     target_rmse: Annotated[float | str, BeforeValidator(_target_rmse)] | None = Field(
         None, description="mlmc: the root mean square error to reach, absolute or relative (\"0.25%\")")
-    min_inner_paths: Int = Field(16, ge=2, description="mlmc: the fewest inner paths of a level (the coarsest level)")
+    min_inner_paths: Int = Field(16, ge=2, description="mlmc: the fewest inner paths of a level (the coarsest level), "
+                                                       "as far as the three levels the estimator needs allow")
     pilot_paths: Int = Field(
         512, ge=2, le=rng.PATH_LIMIT, description="mlmc: outer paths per level before the allocation")
     level_paths: tuple[Annotated[Int, Field(ge=2, le=MLMC_LEVEL_PATHS)], ...] | None = Field(
@@ -798,6 +809,9 @@ class Simulation(_Section):
                                                f"M): use a multiple of 4 >= 8, got {n}; or estimator: plain"))
         if self.max_inner_paths < n:
             problems.append((("max_inner_paths",), f"must be >= inner_paths ({n}), got {self.max_inner_paths}"))
+        if "min_inner_paths" in self.model_fields_set and self.min_inner_paths > n:
+            problems.append((("min_inner_paths",), f"must be <= inner_paths ({n}), the finest level's, got "
+                                                   f"{self.min_inner_paths}"))
         if self.level_paths is not None:
             if self.target_rmse is not None:
                 problems.append((("level_paths",), "a fixed plan and target_rmse exclude each other: give one"))
@@ -842,7 +856,8 @@ class Regression(_Section):
 class Output(_Section):
     """``output``: the run directory (default ``reports/<run.name>``) and the PFE quantile of the report."""
 
-    dir: str | None = Field(None, min_length=1, description="the run directory (default reports/<run.name>)")
+    dir: Annotated[str, BeforeValidator(_plain_text)] | None = Field(
+        None, min_length=1, description="the run directory (default reports/<run.name>)")
     pfe_quantile: Num = Field(0.975, gt=0, lt=1, description="the quantile of the PFE, in (0, 1)")
 
 
@@ -1092,6 +1107,13 @@ class Config(_Section):
                 problems.append(((*self.contract_loc(i), key), f"{_show(getattr(c, key))} gives contract values near "
                                                         f"e^{log_value:.0f}, beyond what the run can sum and square "
                                                         f"(e^{values_room:.0f} in {dtype.name})"))
+        tiny = float(np.finfo(dtype).tiny)                   # below it a spot or strike would round towards 0
+        problems += [(("market", "spot"), f"{_show(x)} (asset {a}) is below the smallest normal {dtype.name} "
+                                          f"({tiny:.3g}): the run would round it towards 0")
+                     for a, x in enumerate(m.spot) if x < tiny]
+        problems += [((*self.contract_loc(i), "strike"), f"{_show(c.strike)} is below the smallest normal "
+                                                         f"{dtype.name} ({tiny:.3g}): the run would round it to 0")
+                     for i, c in enumerate(self.portfolio) if c.strike < tiny]
         for loc, csa in self._csas():
             for key in ("threshold", "minimum_transfer_amount", "independent_amount"):
                 x = abs(getattr(csa, key))
@@ -1355,11 +1377,13 @@ def _read_yaml(path: Path):
     if path.is_dir():
         raise ConfigError(["is a directory, not a YAML file"], src)
     try:
-        size = path.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise ConfigError([f"the file has {size:,} bytes, more than a configuration's limit of "
-                               f"{MAX_YAML_BYTES:,}: is it the right file?"], src)
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:                         # (read with a bound: /dev/zero has no size)
+            raw = f.read(MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            size = path.stat().st_size
+            raise ConfigError([f"the file has {f'{size:,} bytes' if size > MAX_YAML_BYTES else 'no end'}, more than "
+                               f"a configuration's limit of {MAX_YAML_BYTES:,} bytes: is it the right file?"], src)
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"cannot read the file: {getattr(exc, 'strerror', None) or exc}"], src) from None
     depth = _nesting_depth(text)

@@ -25,9 +25,13 @@ def read_trades(path) -> tuple[list[dict], list[str]]:
     ``row``, and the problems found (one line each, ``row r, column c: ...``)."""
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_BYTES:
-            return [], [f"{path}: {path.stat().st_size:,} bytes, more than the limit of {MAX_BYTES:,}"]
-        text = path.read_text(encoding="utf-8-sig")
+        with open(path, "rb") as f:                         # (read with a bound: /dev/zero has no size)
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            size = path.stat().st_size
+            return [], [f"{path}: {f'{size:,} bytes' if size > MAX_BYTES else 'no end'}, more than the limit of "
+                        f"{MAX_BYTES:,} bytes"]
+        text = raw.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         return [], [f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"]
     reader = csv.DictReader(io.StringIO(text))
