@@ -143,3 +143,26 @@ def test_the_base_exercise_dates_agree_with_the_bumped_regressions(tmp_path):
             compared += sa > 0
     assert compared >= 8
     assert runs["base"]["A"]["rho"][1] < 0.5 * runs["bumped"]["A"]["rho"][1]
+
+
+@pytest.mark.parametrize("bumps", [{"spot": 0.01, "vol": 0.01, "rate": 0.0001, "hazard": 0.0001}, {"vol": 0.01},
+                                   {"rate": 0.0001}, {"hazard": 0.0001}])
+def test_the_cost_estimate_counts_the_bumped_valuations(bumps):
+    """cva.engine.plan.bumped_valuations (the run's cost, before any work) are the valuations BumpedDesk makes: the
+    same number, each of the same contracts (configs/desk.yaml: one-asset trades, a basket and max options; every
+    vol above its bump); the cost grows by their inner steps."""
+    from pathlib import Path
+
+    from cva.engine.plan import build_plan, bumped_valuations, run_cost
+    from cva.io.config import load_config
+    from cva.xva.desk import Book
+    from cva.xva.sensitivities import BumpedDesk
+
+    raw = load_config(Path(__file__).resolve().parents[1] / "configs" / "desk.yaml").to_dict()
+    cfg = load_config({**raw, "sensitivities": bumps})
+    plan, model = build_plan(cfg), BlackScholes.from_market(cfg.market)
+    passes = BumpedDesk(cfg, plan, model, Book.of_config(cfg, plan, model)).passes
+    assert sorted(sorted(t) for t in bumped_valuations(cfg, plan)) == sorted(sorted(t) for _, _, t in passes)
+    base = run_cost(load_config({k: v for k, v in raw.items() if k != "sensitivities"}), "cpu")
+    grows = run_cost(cfg, "cpu")["inner_asset_steps"] > base["inner_asset_steps"]
+    assert grows == bool(passes)

@@ -118,16 +118,12 @@ COST_LIMIT_SECONDS = 4 * 3600
 
 def run_cost(cfg, backend: str) -> dict:
     """What a run will cost before it starts: inner asset-steps (the paths of every level and inner-set part,
-    with ``outer_paths`` on each level of ``mlmc`` as a bound on its allocation), the memory of a chunk's
-    first date per outer path, and a time estimate from :data:`STEP_RATES` on ``backend`` ("cpu" | "gpu")."""
+    with ``outer_paths`` on each level of ``mlmc`` as a bound on its allocation, and the valuations of the bumped
+    markets of ``sensitivities``: :func:`bumped_valuations`), the memory of a chunk's first date per outer path,
+    and a time estimate from :data:`STEP_RATES` on ``backend`` ("cpu" | "gpu")."""
     plan = build_plan(cfg)
-    steps = 0
-    G = len(plan.grid)
-    exposure = set(int(k) for k in plan.value_index)
-    for g in range(G):
-        needs = [int(ix[-1]) for ci, ix in enumerate(plan.exercise_index) if not plan.closed_form[ci]
-                 and g < int(ix[-1]) and (g in exposure or g in ix)]
-        steps += max(needs) - g if needs else 0
+    steps = _inner_steps(plan, range(len(plan.contracts)))
+    steps += sum(_inner_steps(plan, trades) for trades in bumped_valuations(cfg, plan))
     specs = level_specs(cfg)
     outer = cfg.simulation.outer_paths
     per_path = sum(m * (1 + 0.4 * splits) for m, splits in specs)
@@ -135,7 +131,39 @@ def run_cost(cfg, backend: str) -> dict:
     seconds = asset_steps / STEP_RATES[backend]
     itemsize = np.dtype(cfg.run.dtype).itemsize
     return {"inner_asset_steps": asset_steps, "seconds": seconds, "backend": backend,
-            "bytes_per_outer_path": bytes_per_outer_path(plan, cfg.d, itemsize), "grid_dates": G}
+            "bytes_per_outer_path": bytes_per_outer_path(plan, cfg.d, itemsize), "grid_dates": len(plan.grid)}
+
+
+def _inner_steps(plan, contracts) -> int:
+    """The inner paths' steps per inner path of one outer path that ``contracts`` (indices) need: at each grid
+    date where one of them is valued by inner paths, as far as the last of their maturities."""
+    exposure = set(int(k) for k in plan.value_index)
+    steps = 0
+    for g in range(len(plan.grid)):
+        needs = [int(plan.exercise_index[ci][-1]) for ci in contracts if not plan.closed_form[ci]
+                 and g < int(plan.exercise_index[ci][-1]) and (g in exposure or g in plan.exercise_index[ci])]
+        steps += max(needs) - g if needs else 0
+    return steps
+
+
+def bumped_valuations(cfg, plan) -> list[list[int]]:
+    """The contracts (indices) of each valuation of a bumped market that ``sensitivities`` asks for, as
+    :class:`cva.xva.sensitivities.BumpedDesk` values them: per spot and vol bump direction one valuation of the
+    one-asset contracts and, per asset, one of the contracts on several assets; per rate bump direction one of
+    every contract (a vol below its bump, bumped one way only there, is counted both ways)."""
+    bumps = cfg.sensitivities
+    if bumps is None:
+        return []
+    single = [i for i, c in enumerate(plan.contracts) if c.underlying == "asset"]
+    several = [i for i, c in enumerate(plan.contracts) if c.underlying != "asset"]
+    out = []
+    for key in ("spot", "vol"):
+        if getattr(bumps, key) is not None:
+            for _ in (1, -1):
+                out += ([single] if single else []) + ([several] * cfg.d if several else [])
+    if bumps.rate is not None:
+        out += [list(range(len(plan.contracts)))] * 2
+    return out
 
 
 def describe_cost(cost) -> str:
