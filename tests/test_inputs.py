@@ -242,3 +242,13 @@ def test_a_regression_too_large_for_the_gpu_is_named_before_the_run(tmp_path):
         _check_gpu_regressions(c, build_plan(c))
     c2 = load_config({**cfg, "portfolio": cfg["portfolio"][:2]})                # own-asset and European: fine
     _check_gpu_regressions(c2, build_plan(c2))
+
+
+@pytest.mark.parametrize("seconds, words", [(0.2, "under a second"), (30.0, "30 s"), (300.0, "5 min"),
+                                            (10800.0, "3.0 h"), (3 * 86400.0, "3 days")])
+def test_the_cost_line_says_the_time_in_its_unit(seconds, words):
+    from cva.engine.plan import describe_cost
+
+    line = describe_cost({"inner_asset_steps": 1e9, "seconds": seconds, "backend": "gpu",
+                          "bytes_per_outer_path": 2 ** 20})
+    assert line == f"about 1e+09 inner asset-steps, 1 MiB per outer path of a chunk, of the order of {words} on the gpu"

@@ -169,8 +169,8 @@ def bumped_valuations(cfg, plan) -> list[list[int]]:
 def describe_cost(cost) -> str:
     """One line: the inner asset-steps, the memory per outer path and the time estimate."""
     t = cost["seconds"]
-    when = f"{t:.0f} s" if t < 120 else f"{t / 60:.0f} min" if t < 7200 else f"{t / 3600:.1f} h" if t < 172800 \
-        else f"{t / 86400:.0f} days"
+    when = ("under a second" if t < 0.5 else f"{t:.0f} s" if t < 120 else f"{t / 60:.0f} min" if t < 7200
+            else f"{t / 3600:.1f} h" if t < 172800 else f"{t / 86400:.0f} days")
     return (f"about {cost['inner_asset_steps']:.2g} inner asset-steps, {cost['bytes_per_outer_path'] / 2**20:.3g} MiB "
             f"per outer path of a chunk, of the order of {when} on the {cost['backend']}")
 
