@@ -180,18 +180,18 @@ def glued_wilkinson(blocks, size, glue):
 def truncated_solution(A, b, cond_max, keep_count=None):
     """Independent eig_truncate in float64 with numpy.linalg.eigh.
 
-    Keeps eigenvalues w > w.max()/cond_max (or the ``keep_count`` largest). Returns
+    Keeps eigenvalues |w| > max |w| / cond_max (or the ``keep_count`` largest in magnitude). Returns
     (x, n_discarded, w, keep_mask) for one system A (n, n), b (n,) or (n, k).
     """
     A = np.asarray(A, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     w, N = np.linalg.eigh(A)
     if keep_count is None:
-        keep = w > w.max() / cond_max
+        keep = np.abs(w) > np.abs(w).max() / cond_max
     else:
         keep = np.zeros(w.shape, dtype=bool)
         if keep_count:
-            keep[-keep_count:] = True
+            keep[np.argsort(np.abs(w))[-keep_count:]] = True
     Nk = N[:, keep]
     c = Nk.T @ b
     c = c / (w[keep] if b.ndim == 1 else w[keep][:, None])

@@ -846,7 +846,8 @@ class Regression(_Section):
         "auto", description="the solver of the normal equations: auto is the robust strategy (LDL^T, then Householder +"
                             " PCR, then the truncated eigen-solve)")
     cond_max: Num = Field(
-        1e5, gt=1, description="eigenvalues below lambda_max / cond_max are discarded by the eigen-solve")
+        1e5, gt=1, description="eigenvalues of magnitude below max |lambda| / cond_max are discarded by the "
+                                   "eigen-solve")
     rtol: Annotated[Num, Field(gt=0)] | None = Field(
         None, description="the relative residual that sends a system to the next method (default 8 n eps)")
     dtype: Literal["auto", "run", "float64"] = Field(

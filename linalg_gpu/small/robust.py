@@ -3,7 +3,8 @@
 ``solve_small(method="auto")``: LDL^T first (section 3); the systems whose factorization broke
 down or whose relative residual ||Ax - b|| / (||A|| ||x|| + ||b||) exceeds ``rtol`` are solved
 again by Householder + PCR (section 4); those still above ``rtol`` by the eigen-decomposition
-A = N D N^T with the eigenvalues lambda <= lambda_max / cond_max discarded (section 5, step 3):
+A = N D N^T with the eigenvalues |lambda| <= max |lambda| / cond_max discarded (section 5, step 3, whose
+positive semidefinite normal equations have lambda >= 0; an indefinite system keeps its negative eigenvalues):
 x = N_k D_k^{-1} N_k^T b. Only the failing systems take a later stage's results: a later stage runs on them,
 gathered, or on the GPU for small n and batches (``WHOLE_BATCH_MAX_N``) on the whole batch, so that the host
 reads no counts.
@@ -221,12 +222,11 @@ def _make_eig_truncate_stage(cond_max):
         w, O = _tridiag_eigh_bl(d, e)                                 # A = (Q O) diag(w) (Q O)^T
         y = _apply_reflectors_bl(U, beta, b, transpose=True)          # Q^T b        (n, r, c)
         y = np.einsum("ijc,irc->jrc", O, y)                           # O^T Q^T b    (n, r, c)
-        wmax = w.max(0)                                               # (c,)
-        keep = w > wmax / cond_max                                    # (n, c) non-positive dropped
+        aw = np.abs(w)
+        keep = aw > aw.max(0) / cond_max                              # (n, c) by magnitude: w < 0 kept too
         inv = np.where(keep, 1 / np.where(keep, w, 1), 0)
         y = np.einsum("ijc,jrc->irc", O, y * inv[:, None])            # O D_k^-1 O^T Q^T b
         x = _apply_reflectors_bl(U, beta, y, transpose=False)
-        aw = np.abs(w)
         with np.errstate(divide="ignore", invalid="ignore"):
             cond = aw.max(0) / aw.min(0)
         n_disc = (~keep).sum(0).astype(np.int32)
@@ -458,7 +458,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     method : {"auto", "ldlt", "householder_pcr", "eig_truncate"}, default "auto"
         ``auto`` is the paper's strategy (module docstring); the others run one method on all.
     cond_max : float, default 1e5
-        The truncated eigen-solve discards lambda <= lambda_max / cond_max (the paper's 1e5).
+        The truncated eigen-solve discards |lambda| <= max |lambda| / cond_max (the paper's 1e5).
     rtol : float, optional
         Residual threshold of ``auto``; default 8 * n * eps of the dtype.
     return_report : bool, default False

@@ -199,6 +199,29 @@ def test_eig_truncate_discards_like_cpu(rng):
     assert np.abs(x_g.get() - x_c).max() <= 1e-9 * np.abs(x_c).max()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [2, 7, 30])
+def test_eig_truncate_keeps_negative_eigenvalues_like_cpu(rng, n, dtype):
+    """An indefinite system: the kernel keeps the eigenvalues of either sign above max |w| / cond_max and discards
+    the others, as the numpy twin; x as the twin's and, where nothing is discarded, LAPACK's."""
+    w = rng.uniform(1.0, 100.0, (400, n)) * rng.choice([-1.0, 1.0], (400, n))
+    w[:, 0] = -np.abs(w[:, 0])
+    if n > 2:
+        w[200:, 1] = 1e-8 * np.sign(w[200:, 1])                         # discarded in half the systems
+    Q, _ = np.linalg.qr(rng.standard_normal((400, n, n)))
+    A = ((Q * w[:, None, :]) @ Q.transpose(0, 2, 1)).astype(dtype)
+    A = (A + A.transpose(0, 2, 1)) / 2
+    b = rng.standard_normal((400, n)).astype(dtype)
+    x_c, r_c = lg.solve_small(A, b, method="eig_truncate", return_report=True)
+    x_g, r_g = lg.solve_small(cp.asarray(A), cp.asarray(b), method="eig_truncate", return_report=True)
+    want = (np.abs(w) <= np.abs(w).max(-1, keepdims=True) / 1e5).sum(-1)
+    assert (r_g.n_discarded.get() == r_c.n_discarded).all() and (r_c.n_discarded == want).all()
+    assert np.abs(x_g.get() - x_c).max() <= tol(dtype, n, 100.0) * np.abs(x_c).max()
+    full = want == 0
+    x_ref = np.linalg.solve(A[full].astype(np.float64), b[full].astype(np.float64))
+    assert np.abs(x_g.get()[full] - x_ref).max() <= tol(dtype, n, 100.0) * np.abs(x_ref).max()
+
+
 def fig2(rng, batch, m, d=29, sigma=0.1, mu=0.1, t=0.1):
     S = np.exp((mu - sigma**2 / 2) * t + sigma * np.sqrt(t) * rng.standard_normal((batch, m, d)))
     psi = np.concatenate([np.ones((batch, m, 1)), S], axis=-1).astype(np.float32)
