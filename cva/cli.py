@@ -206,12 +206,15 @@ def _cmd_schema(args) -> int:
 def _cmd_validate(args) -> int:
     config = load_config(args.config)
     _check_backend(config.run.backend, args, config)
-    from cva.backend import resolve_backend
-    from cva.engine.plan import describe_cost, run_cost
+    line = f"{args.config}: ok ({config.summary()})"
+    if config.counterparty is not None or config.is_desk:                    # (a pricing-only file: no run)
+        from cva.backend import resolve_backend
+        from cva.engine.plan import describe_cost, run_cost
 
-    gpu = config.run.backend != "cpu" if config.run.cluster is not None else \
-        resolve_backend(config.run.backend)[0].__name__ != "numpy"                     # (a cluster's: its workers')
-    print(f"{args.config}: ok ({config.summary()}); a run: {describe_cost(run_cost(config, 'gpu' if gpu else 'cpu'))}")
+        gpu = config.run.backend != "cpu" if config.run.cluster is not None else \
+            resolve_backend(config.run.backend)[0].__name__ != "numpy"                 # (a cluster's: its workers')
+        line += f"; a run: {describe_cost(run_cost(config, 'gpu' if gpu else 'cpu'))}"
+    print(line)
     return EXIT_OK
 
 

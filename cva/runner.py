@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cva.backend import check_backend_name, resolve_backend
-from cva.engine.cluster import Executor, connected, workers, workers_backend
+from cva.engine.cluster import Executor, connected, is_client, workers, workers_backend
 from cva.engine.nested import STAGES, DateStats, Levels, sample_levels
 from cva.engine.plan import (
     COST_LIMIT_SECONDS,
@@ -71,9 +72,13 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         ``"local:N"``, ``"local-cuda"``, a scheduler address, or a ``distributed.Client``
         (:mod:`cva.engine.cluster`); the values are bitwise those of one process.
     """
+    _check_arguments(out=out, chunk=chunk, log=log, cluster=cluster, resume=resume, progress=progress,
+                     overwrite=overwrite, keep_chunks=keep_chunks, confirm=confirm, write=write)
     if log is None:
         log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     cfg = load_config(config)
+    if isinstance(cluster, str):                          # checked as run.cluster is (one line naming it)
+        load_config({**cfg.to_dict(), "run": {**cfg.to_dict().get("run", {}), "cluster": cluster}})
     name = backend or cfg.run.backend
     spec = cluster if cluster is not None else cfg.run.cluster
     if spec is None:
@@ -86,8 +91,6 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     credits, own = run_credits(cfg, model.rate)              # (before the run starts: a curve that cannot be met)
     plan = build_plan(cfg)
     dtype = np.dtype(cfg.run.dtype)
-    if chunk is not None and int(chunk) < 2:
-        raise ValueError(f"chunk must be >= 2, got {chunk}")
     cost = _check_run(cfg, plan, kind, confirm)
     if not write and (resume or keep_chunks):
         raise ValueError("write=False keeps no run directory: it cannot resume or keep chunks")
@@ -108,12 +111,13 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         old = rundir.read_manifest(out_dir / rundir.MANIFEST) if resume else None
         on_workers = executor is not None and kind == "gpu"               # (sized by the workers' GPUs)
         free = executor.free_device_bytes() if on_workers else None
-        given = chunk or cfg.simulation.chunk
-        chunk = int(given or (old or {}).get("chunk")                                    # the interrupted run's
+        source = ("chunk" if chunk else "simulation.chunk" if cfg.simulation.chunk else
+                  "the interrupted run's chunk (run.json)" if (old or {}).get("chunk") else None)
+        chunk = int(chunk or cfg.simulation.chunk or (old or {}).get("chunk")           # the interrupted run's
                     or chunk_size(plan, model.d, dtype.itemsize, None if on_workers else xp, n_workers, free))
         if executor is None or on_workers:                    # (a CPU cluster's workers' memory is theirs to know)
-            _check_memory(plan, model.d, dtype.itemsize, chunk, memory_bytes(None if on_workers else xp, free),
-                          kind, on_workers, given)
+            _check_memory(cfg, plan, model.d, dtype.itemsize, chunk, memory_bytes(None if on_workers else xp, free),
+                          kind, on_workers, source)
         manifest = {"config_hash": rundir.config_hash(cfg), "chunk": chunk, "estimator": cfg.simulation.estimator,
                     "backend": kind, "dtype": dtype.name, "config": rundir.hashed_config(cfg),
                     "chunk_values": rundir.CHUNK_VALUES}
@@ -197,20 +201,48 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     return result
 
 
-def _check_memory(plan, d, itemsize, chunk, memory, kind, on_workers, given):
+def _check_arguments(*, out, chunk, log, cluster, **flags):
+    """:func:`run`'s arguments of the wrong type or value: a TypeError or ValueError naming the argument (a
+    string "no" is not False; a chunk of 2.7 is not 2)."""
+    for name, v in flags.items():
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, got {v!r}")
+    if chunk is not None and (isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer))
+                              or chunk < 2):
+        raise ValueError(f"chunk must be an integer >= 2, got {chunk!r}")
+    if out is not None:
+        if not isinstance(out, (str, os.PathLike)):
+            raise TypeError(f"out must be a directory's path, got {out!r}")
+        if Path(out).exists() and not Path(out).is_dir():
+            raise rundir.RunDirectoryError(f"out: {out} is a file, not a directory")
+    if log is not None and not callable(log):
+        raise TypeError(f"log must be a function of one string, got {log!r}")
+    if cluster is not None and not isinstance(cluster, str) and not is_client(cluster):
+        raise TypeError(f"cluster must be local, local:N, local-cuda, a scheduler address or a distributed.Client, "
+                        f"got {cluster!r}")
+
+
+def _check_memory(cfg, plan, d, itemsize, chunk, memory, kind, on_workers, source):
     """A ValueError (one line, naming what to change) where a chunk's memory (:func:`bytes_per_outer_path` per
-    outer path) exceeds ``memory`` (None: unknown, not checked) even at the share of the estimate a chunk was seen
-    to hold (0.7: bench_cva's chunk on an H100): a run that could only fail, or be killed, later."""
-    need = chunk * bytes_per_outer_path(plan, d, itemsize)
+    outer path, for the paths a chunk can hold: at most the outer paths asked for) exceeds ``memory`` (None:
+    unknown, not checked) even at the share of the estimate a chunk was seen to hold (0.7: bench_cva's chunk on an
+    H100): a run that could only fail, or be killed, later. ``source``: where the chunk size came from (None:
+    sized by the memory)."""
+    sim = cfg.simulation
+    paths = min(chunk, max(sim.level_paths) if sim.level_paths else sim.outer_paths)
+    need = paths * bytes_per_outer_path(plan, d, itemsize)
     if memory is None or 0.7 * need <= memory:
         return
     where = ("free on the workers' GPUs" if on_workers else "free on the GPU" if kind == "gpu"
              else "of this machine's memory")
-    what = (f"chunk: {chunk} outer paths need" if given else
-            f"simulation.inner_paths: {plan.inner_paths} inner paths on {len(plan.grid)} dates need, in a chunk of "
-            f"{chunk} outer paths,")
-    raise ValueError(f"{what} about {need / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB {where}: "
-                     + ("give a smaller chunk" if given else "use fewer inner paths or dates"))
+    if source is None or paths <= 2:
+        what, fix = (f"simulation.inner_paths: {plan.inner_paths} inner paths on {len(plan.grid)} dates need, in a "
+                     f"chunk of {paths} outer paths,", "use fewer inner paths or dates")
+    else:
+        what, fix = f"{source}: {paths} outer paths need", ("run again with --overwrite and a smaller chunk"
+                                                            if source.startswith("the interrupted") else
+                                                            "give a smaller chunk")
+    raise ValueError(f"{what} about {need / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB {where}: {fix}")
 
 
 def _check_run(cfg, plan, kind, confirm) -> dict:

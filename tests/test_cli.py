@@ -42,7 +42,8 @@ def check_problems(stderr: str, path, keys):
 
 @pytest.mark.parametrize("name", ["american_put.yaml", "max_call.yaml", "desk.yaml"])
 def test_validate_ok(name, capsys):
-    """A valid file: ok, and the run's estimated cost as the run would log it (a desk's too)."""
+    """A valid file: ok, and the run's estimated cost as the run would log it (a desk's too; a file for `cva price`
+    only, without a counterparty, has no run to cost)."""
     from cva.backend import resolve_backend
     from cva.engine.plan import describe_cost, run_cost
     from cva.io.config import load_config
@@ -52,7 +53,8 @@ def test_validate_ok(name, capsys):
     out, err = capsys.readouterr()
     cfg = load_config(path)
     kind = "cpu" if resolve_backend(cfg.run.backend)[0].__name__ == "numpy" else "gpu"
-    assert out == f"{path}: ok ({cfg.summary()}); a run: {describe_cost(run_cost(cfg, kind))}\n" and err == ""
+    cost = f"; a run: {describe_cost(run_cost(cfg, kind))}" if cfg.counterparty is not None or cfg.is_desk else ""
+    assert out == f"{path}: ok ({cfg.summary()}){cost}\n" and err == ""
 
 
 def test_validate_reports_every_problem(bad_config, capsys):
@@ -287,3 +289,12 @@ def test_output_to_a_full_disk_is_one_line(run_config):
                               stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == "cva: cannot write the output: No space left on device"
+
+
+def test_validate_a_pricing_only_file_costs_no_run(tmp_path, capsys):
+    path = tmp_path / "p.yaml"
+    path.write_text("market: {spot: 100, vol: 0.2}\nportfolio:\n  - {style: bermudan, payoff: put, underlying: "
+                    "{asset: 0}, strike: 100, maturity: 1, exercise_dates: 4}\n")
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}: ok (") and "a run:" not in out

@@ -282,7 +282,7 @@ def test_the_command_line_leaves_a_clusters_backend_to_its_workers(tmp_path, cap
 
 
 @pytest.mark.parametrize("value", ["locale", "local:0", "http://x", 3, "tcp://127.0.0.1:notaport", "tcp://h:8786:1",
-                                   "tcp://h x:1"])
+                                   "tcp://h x:1", "tcp://h:0", "tcp://h:99999", "tcp://host:8786/"])
 def test_run_cluster_is_checked(tmp_path, value):
     cfg = _quickstart(tmp_path, "x")
     cfg["run"]["cluster"] = value
@@ -291,7 +291,8 @@ def test_run_cluster_is_checked(tmp_path, value):
 
 
 @pytest.mark.parametrize("value", ["tcp://127.0.0.1:8786", "tcp://[::1]:8786", "tls://sched.example.org:8786",
-                                   "ucx://10.0.0.2:13337", "tcp://scheduler", "inproc://10.0.0.2/1/2"])
+                                   "ucx://10.0.0.2:13337", "tcp://scheduler", "inproc://10.0.0.2/1/2",
+                                   "tcp://[fe80::1%eth0]:8786", "tcp://node-01_a:65535", "tcp://0.0.0.0:1"])
 def test_scheduler_addresses_are_taken(tmp_path, value):
     cfg = _quickstart(tmp_path, "x")
     cfg["run"]["cluster"] = value

@@ -357,6 +357,15 @@ def test_trades_file_errors_name_the_row_and_column(tmp_path, rows, words):
         load_config(cfg)
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_a_csv_with_any_line_endings_is_read(tmp_path, newline):
+    rows = [CSV_HEAD.rstrip("\n"), "T1,A,a,european,call,0,100,1,,1", "T2,A,a,bermudan,put,0,90,1,4,-2"]
+    (tmp_path / "t.csv").write_bytes((newline.join(rows) + newline).encode())
+    cfg = _desk(tmp_path, "e", [{"name": "A", "hazard_rate": 0.02, "netting_sets": [{"name": "a"}]}],
+                trades_file=str(tmp_path / "t.csv"))
+    assert [c.id for c in load_config(cfg).portfolio] == ["T1", "T2"]
+
+
 def test_a_csv_with_a_column_twice(tmp_path):
     (tmp_path / "t.csv").write_text(CSV_HEAD.rstrip("\n") + ",strike\nT1,A,a,european,call,0,100,1,,1,100\n")
     cfg = _desk(tmp_path, "e", [{"name": "A", "hazard_rate": 0.02, "netting_sets": [{"name": "a"}]}],

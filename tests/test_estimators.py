@@ -91,9 +91,17 @@ def test_a_target_not_met_is_a_warning(tmp_path, monkeypatch):
     assert html.count("<b>Warning:</b>") == len(warnings)
 
 
+def test_levels_added_for_the_bias_leave_the_allocation_its_rounds(tmp_path, monkeypatch):
+    """With one round of the allocation and levels added for a 5 % target, the outer paths still grow past the
+    pilot's on every level (the levels added used up the rounds before, leaving the pilot paths only)."""
+    monkeypatch.setattr(nested, "MLMC_ITERATIONS", 1)
+    res = cva.run(_config(tmp_path, "r", "mlmc", target_rmse="5%", max_inner_paths=128), progress=False)
+    assert len(res.levels) > 3 and all(lv.paths > 100 for lv in res.levels), [lv.paths for lv in res.levels]
+
+
 def test_a_target_beyond_the_levels_keys_is_one_line(tmp_path, capsys):
     """A target_rmse whose allocation needs more outer paths than a level's keys ends the run in one line, after
-    its progress lines (it was left unmet in silence while the levels added used up the allocation's rounds)."""
+    its progress lines."""
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(_config(tmp_path, "x", "mlmc", target_rmse=1e-6, max_inner_paths=64)))
     assert main(["run", str(path)]) == 2

@@ -1,6 +1,8 @@
 """No silent nonsense: inputs that overflow the run's dtype, YAML nested too deep or too large, runs too
 large to start, a backend that is not there, output to a full disk: each one line naming what to change."""
 
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +50,7 @@ def _one_line(capsys):
     (("portfolio", "quantity"), 1e150, "float64", "portfolio[0].quantity: 1e+150 gives contract values near e^353, "
                                                  "beyond what the run can sum and square (e^345 in float64)"),
     (("csa", "independent_amount"), -1e300, "float64", "csa.independent_amount: -1e+300 is beyond"),
-    (("csa", "threshold"), 1e160, "float32", "csa.threshold: 1e+160 is beyond"),
+    (("csa", "independent_amount"), 1e35, "float32", "csa.independent_amount: 1e+35 is beyond"),
     (("portfolio", "strike"), 1e-300, "float32", "portfolio[0].strike: 1e-300 is below the smallest normal float32"),
     (("market", "spot"), 1e-45, "float32", "market.spot: 1e-45 (asset 0) is below the smallest normal float32"),
 ])
@@ -92,15 +94,31 @@ def test_a_huge_yaml_is_refused_before_it_is_parsed(tmp_path, capsys):
         load_config(path)
 
 
+def _cva_limited(args, cwd):
+    """``python -m cva ARGS`` in a process whose address space is limited to 8 GiB (a regression that reads or
+    allocates without bound fails there, not the test session): (exit code, stderr)."""
+    import resource
+    import subprocess
+    import sys
+
+    limit = 8 << 30
+    env = {**os.environ, "PYTHONPATH": str(Path(cva.__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "cva", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=300, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    return proc.returncode, proc.stderr
+
+
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
-def test_a_file_without_an_end_is_refused_after_the_limit(tmp_path, capsys):
+def test_a_file_without_an_end_is_refused_after_the_limit(tmp_path):
     """/dev/zero reports no size: the configuration and a trades_file are read with a bound, not to the end."""
-    assert main(["validate", "/dev/zero"]) == 2
-    assert "/dev/zero: the file has no end, more than a configuration's limit" in _one_line(capsys)
+    rc, err = _cva_limited(["validate", "/dev/zero"], tmp_path)
+    assert rc == 2 and err.strip() == ("/dev/zero: the file has no end, more than a configuration's limit of "
+                                       "1,048,576 bytes: is it the right file?"), err
     cfg = {"market": {"spot": 100.0, "vol": 0.2}, "counterparties": [{"name": "A", "recovery": 0.4,
            "hazard_rate": 0.02, "netting_sets": [{"name": "a"}]}], "trades_file": "/dev/zero"}
-    with pytest.raises(ConfigError, match=r"trades_file: /dev/zero: no end, more than the limit of"):
-        load_config(cfg)
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(cfg))
+    rc, err = _cva_limited(["validate", "d.yaml"], tmp_path)
+    assert rc == 2 and "trades_file: /dev/zero: no end, more than the limit of" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("where, value", [(("run", "name"), "a\nb"), (("output", "dir"), "out\x00q"),
@@ -128,15 +146,18 @@ def test_a_run_too_large_is_refused_before_any_work(tmp_path, capsys):
      "simulation.inner_paths: 4294967296 inner paths on"),
     ({("simulation", "outer_paths"): 2 ** 31}, ["--chunk", str(2 ** 30)], "chunk: 1073741824 outer paths need about"),
 ])
-def test_a_chunk_beyond_the_machines_memory_is_refused_before_any_work(tmp_path, capsys, changes, args, words):
+def test_a_chunk_beyond_the_machines_memory_is_refused_before_any_work(tmp_path, changes, args, words):
     """A run whose chunk of the fewest outer paths (or the chunk asked for) needs more than the machine's physical
-    memory (terabytes here) is refused in one line naming what to change, not started to fail or be killed later."""
+    memory (terabytes here) is refused in one line naming what to change, not started to fail or be killed later
+    (in a process of limited memory: a regression fails there). A chunk larger than the outer paths asked for
+    counts only those paths (below)."""
     cfg = _base(tmp_path, {**changes, ("run", "backend"): "cpu"})
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    assert main(["run", str(path), "--yes", *args]) == 2
-    line = _one_line(capsys)
-    assert words in line and "GiB of this machine's memory" in line, line
+    rc, err = _cva_limited(["run", str(path), "--yes", *args], tmp_path)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert words in lines[0] and "GiB of this machine's memory" in lines[0], lines[0]
     assert [p.name for p in (tmp_path / "out").iterdir()] == [rundir.LOCK]
 
 
@@ -252,3 +273,62 @@ def test_the_cost_line_says_the_time_in_its_unit(seconds, words):
     line = describe_cost({"inner_asset_steps": 1e9, "seconds": seconds, "backend": "gpu",
                           "bytes_per_outer_path": 2 ** 20})
     assert line == f"about 1e+09 inner asset-steps, 1 MiB per outer path of a chunk, of the order of {words} on the gpu"
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"overwrite": "no"}, TypeError, "overwrite must be True or False, got 'no'"),
+    ({"confirm": "no"}, TypeError, "confirm must be True or False"),
+    ({"resume": 1}, TypeError, "resume must be True or False"),
+    ({"progress": "no"}, TypeError, "progress must be True or False"),
+    ({"write": None}, TypeError, "write must be True or False"),
+    ({"keep_chunks": "yes"}, TypeError, "keep_chunks must be True or False"),
+    ({"chunk": 2.7}, ValueError, "chunk must be an integer >= 2, got 2.7"),
+    ({"chunk": "abc"}, ValueError, "chunk must be an integer >= 2, got 'abc'"),
+    ({"chunk": float("nan")}, ValueError, "chunk must be an integer >= 2, got nan"),
+    ({"chunk": True}, ValueError, "chunk must be an integer >= 2, got True"),
+    ({"out": 123}, TypeError, "out must be a directory's path, got 123"),
+    ({"log": "x"}, TypeError, "log must be a function of one string"),
+    ({"cluster": 3}, TypeError, "cluster must be local, local:N, local-cuda, a scheduler address"),
+    ({"cluster": "local:0"}, ConfigError, "run.cluster: must be local, local:N"),
+    ({"cluster": "local:-1"}, ConfigError, "run.cluster: must be local, local:N"),
+])
+def test_run_arguments_of_the_wrong_type_or_value_are_named(tmp_path, kwargs, error, words):
+    """cva.run's own arguments are checked before any work (a string "no" is not False; a chunk of 2.7 is not 2;
+    cluster="local:0" would wait for workers that never come), the error naming the argument; nothing written."""
+    cfg = _base(tmp_path)
+    with pytest.raises(error, match=re.escape(words)):
+        cva.run(cfg, **{"progress": False, **kwargs})
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_out_naming_a_file_is_refused(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(rundir.RunDirectoryError, match="out: .*afile is a file, not a directory"):
+        cva.run(_base(tmp_path), out=tmp_path / "afile", progress=False)
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"paths": 0}, ValueError, "paths must be an integer >= 2, got 0"),
+    ({"paths": 2.9}, ValueError, "paths must be an integer >= 2, got 2.9"),
+    ({"paths": "abc"}, ValueError, "paths must be an integer >= 2, got 'abc'"),
+    ({"out_of_sample": "no"}, TypeError, "out_of_sample must be True or False, got 'no'"),
+])
+def test_price_arguments_are_named(tmp_path, kwargs, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        cva.price(_base(tmp_path), **kwargs)
+
+
+def test_a_chunk_larger_than_the_run_counts_only_its_paths(tmp_path):
+    """chunk 10^9 on a run of 64 outer paths holds 64: the memory check passes and the run is the same."""
+    small = cva.run(_base(tmp_path, {("output", "dir"): str(tmp_path / "a")}), progress=False)
+    big = cva.run(_base(tmp_path, {("output", "dir"): str(tmp_path / "b")}), chunk=10 ** 9, progress=False)
+    assert big.cva == small.cva and big.stderr == small.stderr
+
+
+def test_a_threshold_or_mta_of_any_size_is_a_setting(tmp_path):
+    """A CSA threshold (or MTA) is only compared, never summed: 1e300 means no calls, as 1e6 does here."""
+    runs = [cva.run(_base(tmp_path, {("csa", "threshold"): h, ("csa", "minimum_transfer_amount"): h,
+                                     ("output", "dir"): str(tmp_path / str(i))}), progress=False)
+            for i, h in enumerate((1e6, 1e300))]
+    assert np.isfinite(runs[1].cva) and runs[1].cva == runs[0].cva and runs[1].stderr == runs[0].stderr

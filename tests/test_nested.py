@@ -242,7 +242,7 @@ def test_resume_names_the_changed_keys_and_ignores_pricing_keys(tmp_path, monkey
 
 def test_chunk_of_one_path_is_refused(tmp_path):
     """simulation.chunk and --chunk are >= 2: a chunk of one path rounds the basket's average otherwise."""
-    with pytest.raises(ValueError, match="chunk must be >= 2"):
+    with pytest.raises(ValueError, match="chunk must be an integer >= 2"):
         cva.run(_small(tmp_path, "one"), chunk=1, progress=False)
     assert not (tmp_path / "one").exists()
 

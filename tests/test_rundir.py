@@ -117,6 +117,15 @@ def test_overwrite_refuses_a_directory_that_holds_no_run(tmp_path, capsys):
     assert (out / rundir.MANIFEST).read_text() == '{"not": "a run"}'
 
 
+def test_a_directory_left_by_a_failed_start_is_not_the_users(tmp_path):
+    """A start that failed before its run.json (a full disk) leaves .lock and an empty chunks/: a run goes ahead
+    there, with or without --overwrite."""
+    cfg = _config(tmp_path, "left")
+    (tmp_path / "left" / rundir.CHUNKS).mkdir(parents=True)
+    (tmp_path / "left" / rundir.LOCK).write_text("")
+    assert np.isfinite(cva.run(cfg, progress=False).cva)
+
+
 def test_a_chunk_of_another_run_is_refused_on_resume(tmp_path, monkeypatch):
     a, b = _config(tmp_path, "a"), _config(tmp_path, "b", seed=12)
     original = _interrupt_at(monkeypatch, nested, "chunk_values", 3)

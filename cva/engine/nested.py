@@ -757,8 +757,8 @@ def sample_levels(cfg, lv, g, log, values=None) -> list[str]:
                         f"level {len(lv.specs) - 1} with {lv.specs[-1][0]} inner paths added")
                     continue
                 short = (f"simulation.target_rmse: not met: the remaining bias and its error ({rem:.3g}) exceed "
-                         f"target / sqrt(2) = {eps / math.sqrt(2):.3g} with the finest level at max_inner_paths "
-                         f"({lv.specs[-1][0]} inner paths)")
+                         f"target / sqrt(2) = {eps / math.sqrt(2):.3g}, and the finest level's {lv.specs[-1][0]} "
+                         f"inner paths cannot double within max_inner_paths ({sim.max_inner_paths})")
             target_variance = eps ** 2 / 2
         weights = [r["weight"] for r in rows]
         want = allocate([r["variance"] for r in rows], [r["cost_per_path"] for r in rows], weights,
@@ -768,7 +768,8 @@ def sample_levels(cfg, lv, g, log, values=None) -> list[str]:
         done = all(lv.have(li) >= n for li, n in enumerate(want))
         if done or rounds == MLMC_ITERATIONS:
             if not done:
-                warnings.append(f"the MLMC allocation still asked for more outer paths after {rounds} rounds ("
+                warnings.append(f"the MLMC allocation still asked for more outer paths after {rounds} "
+                                f"round{'' if rounds == 1 else 's'} ("
                                 + ", ".join(f"{lv.have(li)} -> {n}" for li, n in enumerate(want))
                                 + "): the variance target is not met")
             warnings += [short] if short else []

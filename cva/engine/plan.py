@@ -104,8 +104,10 @@ def bytes_per_outer_path(plan, d, itemsize) -> int:
     p = basis.basis_size(plan.basis, d, plan.payoff_regressor)
     cube = 2 * 7 * 8 * len(plan.contracts) * len(plan.value_index)
     width = exercise_code_dtype(max((len(ix) for ix in plan.exercise_index), default=1), 3).itemsize
-    kept = width * plan.inner_paths * inner_valuations(plan) if plan.keeps_exercise_times else 0
-    return plan.inner_paths * itemsize * (3 * len(plan.grid) * d + 4 * p + 8) + cube + kept
+    valuations = inner_valuations(plan)
+    kept = width * plan.inner_paths * valuations if plan.keeps_exercise_times else 0
+    inner = plan.inner_paths * itemsize * (3 * len(plan.grid) * d + 4 * p + 8) if valuations else 0   # (none: no
+    return inner + cube + kept                                                                # inner paths drawn)
 
 
 #: Inner asset-steps per second, regressions included, as measured here: the quickstart on a 2-core CPU

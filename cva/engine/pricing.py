@@ -49,14 +49,17 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
     the number of paths, the dtype and that of the regressions, the seed, the time taken and the
     solver summary per contract.
     """
+    if paths is not None and (isinstance(paths, (bool, np.bool_)) or not isinstance(paths, (int, np.integer))
+                              or paths < 2):
+        raise ValueError(f"paths must be an integer >= 2, got {paths!r}")
+    if out_of_sample is not None and not isinstance(out_of_sample, (bool, np.bool_)):
+        raise TypeError(f"out_of_sample must be True or False, got {out_of_sample!r}")
     cfg = load_config(config)
     xp, label = resolve_backend(backend or cfg.run.backend)
     model = BlackScholes.from_market(cfg.market)
     dtype = np.dtype(cfg.run.dtype)
     sim = cfg.simulation
-    M = int(paths or sim.pricing_paths)
-    if M < 2:
-        raise ValueError(f"paths must be at least 2, got {M}")
+    M = int(sim.pricing_paths if paths is None else paths)
     oos = sim.out_of_sample if out_of_sample is None else bool(out_of_sample)
     solver = {"method": cfg.regression.method, "cond_max": cfg.regression.cond_max, "rtol": cfg.regression.rtol}
     rdt = cfg.regression_dtype()

@@ -387,10 +387,16 @@ def _plain_text(v):
     return v
 
 
+def _scheduler_address(v) -> bool:
+    """``tcp://``, ``tls://`` or ``ucx://`` and a host name, an IPv4 address or a bracketed IPv6 one (a zone after
+    ``%`` too), with an optional port from 1 to 65535."""
+    m = re.fullmatch(r"(tcp|tls|ucx)://(\[[0-9A-Fa-f:.]+(%[\w.-]+)?\]|[^\s:/\[\]%]+)(:([0-9]{1,5}))?", v)
+    return m is not None and (m.group(5) is None or 1 <= int(m.group(5)) <= 65535)
+
+
 def _cluster(v):
     if not isinstance(v, str) or not (v in ("local", "local-cuda") or re.fullmatch(r"local:[1-9][0-9]*", v)
-                                      or re.fullmatch(r"(tcp|tls|ucx)://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+)(:[0-9]{1,5})?/?",
-                                                      v) or re.fullmatch(r"inproc://\S+", v)):
+                                      or _scheduler_address(v) or re.fullmatch(r"inproc://\S+", v)):
         raise _fail(f"must be local, local:N, local-cuda or a scheduler address such as tcp://host:8786, "
                     f"got {_show(v)}")
     return v
@@ -809,9 +815,6 @@ class Simulation(_Section):
                                                f"M): use a multiple of 4 >= 8, got {n}; or estimator: plain"))
         if self.max_inner_paths < n:
             problems.append((("max_inner_paths",), f"must be >= inner_paths ({n}), got {self.max_inner_paths}"))
-        if "min_inner_paths" in self.model_fields_set and self.min_inner_paths > n:
-            problems.append((("min_inner_paths",), f"must be <= inner_paths ({n}), the finest level's, got "
-                                                   f"{self.min_inner_paths}"))
         if self.level_paths is not None:
             if self.target_rmse is not None:
                 problems.append((("level_paths",), "a fixed plan and target_rmse exclude each other: give one"))
@@ -1078,8 +1081,8 @@ class Config(_Section):
     def _overflow_problems(self, T) -> list[tuple[tuple, str]]:
         """Inputs whose prices or values leave the run's dtype: a bound on the asset prices (ten standard
         deviations of the log price up to the horizon), then on each contract's value |q| (K + S) and each CSA's
-        amounts, with e^20 to spare for the sums over paths and dates; the values' squares (the standard errors',
-        in float64) bound them to e^345 in a float64 run too."""
+        independent amount, with e^20 to spare for the sums over paths and dates; the values' squares (the
+        standard errors', in float64) bound them to e^345 in a float64 run too."""
         dtype = np.dtype(self.run.dtype)
         room = math.log(float(np.finfo(dtype).max)) - 20.0
         values_room = min(room, 0.5 * (math.log(float(np.finfo(np.float64).max)) - 20.0))
@@ -1115,12 +1118,12 @@ class Config(_Section):
         problems += [((*self.contract_loc(i), "strike"), f"{_show(c.strike)} is below the smallest normal "
                                                          f"{dtype.name} ({tiny:.3g}): the run would round it to 0")
                      for i, c in enumerate(self.portfolio) if c.strike < tiny]
-        for loc, csa in self._csas():
-            for key in ("threshold", "minimum_transfer_amount", "independent_amount"):
-                x = abs(getattr(csa, key))
-                if x > 0 and math.log(x) + math.log(2.0) > values_room:
-                    problems.append(((*loc, key), f"{_show(getattr(csa, key))} is beyond what the run can sum and "
-                                                  f"square (e^{values_room:.0f} in {dtype.name})"))
+        for loc, csa in self._csas():              # (a threshold or MTA is only compared: any size is a setting)
+            x = abs(csa.independent_amount)
+            if x > 0 and math.log(x) + math.log(2.0) > values_room:
+                problems.append(((*loc, "independent_amount"), f"{_show(csa.independent_amount)} is beyond what the "
+                                                               f"run can sum and square (e^{values_room:.0f} in "
+                                                               f"{dtype.name})"))
         return problems
 
     def _csas(self):

@@ -105,7 +105,8 @@ def start_fresh(out_dir: Path, outputs, overwrite: bool):
     """Refuse a non-empty run directory unless ``overwrite`` and it holds an earlier run (its run.json); then remove
     the earlier run's files only. A directory of files but no run is refused even with ``overwrite``: files named
     as a run's outputs there (a trades.csv, say) are the user's, not an earlier run's."""
-    entries = sorted(p.name for p in out_dir.iterdir() if p.name != LOCK)
+    entries = sorted(p.name for p in out_dir.iterdir() if p.name != LOCK
+                     and not (p.name == CHUNKS and p.is_dir() and not any(p.iterdir())))   # (a failed start's)
     if not entries:
         return
     shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")

@@ -31,7 +31,7 @@ def read_trades(path) -> tuple[list[dict], list[str]]:
             size = path.stat().st_size
             return [], [f"{path}: {f'{size:,} bytes' if size > MAX_BYTES else 'no end'}, more than the limit of "
                         f"{MAX_BYTES:,} bytes"]
-        text = raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")   # (any line ending, as read_text)
     except (OSError, UnicodeDecodeError) as exc:
         return [], [f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"]
     reader = csv.DictReader(io.StringIO(text))
