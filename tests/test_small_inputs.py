@@ -212,6 +212,40 @@ def test_memory_wrong_type(rng):
         lg.solve_small(_spd(rng), np.ones((3, 4, 4)), memory={}, key=1)
 
 
+def test_memory_key_must_be_hashable(rng):
+    with pytest.raises(TypeError, match=r"key must be hashable \(memory's key for this batch\); got \[1\]"):
+        lg.solve_small(_spd(rng), np.ones((3, 4, 4)), memory=lg.SolverMemory(), key=[1])
+
+
+@pytest.mark.parametrize("name, call", [
+    ("return_report", lambda A, b: lg.solve_small(A, b, return_report="no")),
+    ("return_report", lambda A, b: lg.solve_small(A, b, "auto", 1e5, None, "no")),
+    ("check_finite", lambda A, b: lg.ldlt_solve(A, b, check_finite="no")),
+    ("assume_symmetric", lambda A, b: lg.ldlt_factor(A, assume_symmetric="yes")),
+    ("form_q", lambda A, b: lg.tridiagonalize(A, form_q="no")),
+    ("check_finite", lambda A, b: lg.eigh_small(A, check_finite=0)),
+    ("full_matrices", lambda A, b: lg.jacobi_svd(A[0, 0], "no")),
+    ("compute_uv", lambda A, b: lg.jacobi_svd(A[0, 0], compute_uv="no")),
+    ("return_info", lambda A, b: lg.jacobi_eigh(A[0, 0], return_info="no")),
+    ("return_x", lambda A, b: lg.gsvd(A[0, 0], A[0, 0], "no")),
+    ("compute_v", lambda A, b: lg.hyperbolic_svd(A[0, 0], np.ones(4), compute_v="no")),
+    ("per_system", lambda A, b: lg.SolverMemory(per_system="no")),
+])
+def test_flags_must_be_bools(rng, name, call):
+    """A flag given a string (or a number) is refused naming it: "no" would otherwise read as True."""
+    with pytest.raises(TypeError, match=rf"^{name} must be True or False; got "):
+        call(_spd(rng), np.ones((3, 4, 4)))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: lg.jacobi_svd(np.zeros((0, 3))), lambda: lg.jacobi_svd(np.zeros((3, 0))),
+    lambda: lg.hyperbolic_svd(np.zeros((0, 0)), np.zeros(0)), lambda: lg.eigh_indefinite(np.zeros((0, 0))),
+    lambda: lg.gsvd(np.zeros((0, 0)), np.zeros((0, 0))), lambda: lg.jacobi_eigh(np.zeros((0, 0)))])
+def test_empty_matrices_are_refused_naming_them(call):
+    with pytest.raises(ValueError, match=r"^[A-Z] is empty \(shape"):
+        call()
+
+
 @pytest.mark.parametrize("threshold", [0.0, -0.5, 1.5])
 def test_memory_bad_threshold(threshold):
     with pytest.raises(ValueError, match="threshold"):

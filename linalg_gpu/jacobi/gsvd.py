@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from .._backend import is_cupy_array
+from .._backend import boolean_flags, is_cupy_array
 from ._shared import _hz_complex, _hz_real, frobenius, hz_transform, zero_threshold  # noqa: F401
 from .hsvd import _check_full_rank, _check_matrix, _check_options
 from .orderings import modified_modulus
@@ -187,6 +187,7 @@ def _unscale(alpha, beta, Z, X, ef, eg, xp):
     return a / h, b / h, Z, X
 
 
+@boolean_flags("return_x", "return_info")
 def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False):
     """Generalized SVD of (F, G): F Z = U diag(alpha), G Z = V diag(beta), alpha^2 + beta^2 = 1.
 

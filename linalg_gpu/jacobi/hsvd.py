@@ -39,7 +39,7 @@ import numbers
 
 import numpy as np
 
-from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
+from .._backend import as_array, boolean_flags, check_dtype, get_array_module, is_cupy_array
 from ._shared import _hyperbolic_pair, _output_slots, _sorted_positions  # noqa: F401
 from .orderings import modified_modulus
 from .svd import (
@@ -81,6 +81,8 @@ def _check_matrix(A, name, xp=None, complex_ok=False):
         check_dtype(A, name)
     if A.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {A.shape}")
+    if A.size == 0:
+        raise ValueError(f"{name} is empty (shape {A.shape}); it needs at least one row and column")
     if not bool(get_array_module(A).isfinite(A).all()):                 # (|a| overflows for finite complex a)
         raise ValueError(f"{name} must be finite: it contains NaN or Inf")
     return A
@@ -208,6 +210,7 @@ def _unscale_sigma(sigma, e):
 # public functions
 
 
+@boolean_flags("compute_v", "return_info")
 def hyperbolic_svd(G, J, *, compute_v=True, tol=None, max_sweeps=60, return_info=False):
     """Hyperbolic SVD G = U diag(sigma) V^T with V^T diag(J) V = diag(J), by one-sided hyperbolic Jacobi.
 
@@ -282,6 +285,7 @@ def hyperbolic_svd(G, J, *, compute_v=True, tol=None, max_sweeps=60, return_info
     return out + (info,) if return_info else out
 
 
+@boolean_flags("return_info")
 def eigh_indefinite(M, *, tol=None, max_sweeps=60, return_info=False):
     """Eigenvalues and eigenvectors of a real symmetric (indefinite) M, with high relative accuracy.
 

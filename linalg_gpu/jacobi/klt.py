@@ -22,7 +22,7 @@ import numbers
 
 import numpy as np
 
-from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
+from .._backend import as_array, boolean_flags, check_dtype, get_array_module, is_cupy_array
 from ._shared import JacobiInfo
 from .orderings import ORDERINGS, sweep
 from .svd import _exponent, _ldexp_finite
@@ -178,6 +178,7 @@ def _fro(A) -> float:
     return mx * float(np.linalg.norm(A / mx)) if mx > 0 else 0.0
 
 
+@boolean_flags("assume_symmetric", "return_info")
 def jacobi_eigh(A, *, ordering="round_robin", tol=None, max_sweeps=60, assume_symmetric=False, return_info=False):
     """Eigenvalues and eigenvectors of a real symmetric matrix by the two-sided parallel Jacobi method.
 
@@ -310,6 +311,7 @@ def _unscale_eigenvalues(w, e, what):
                                f"{np.finfo(w.dtype).max:.4g}")
 
 
+@boolean_flags("return_info")
 def klt(X, *, ordering="round_robin", tol=None, max_sweeps=60, return_info=False):
     """Karhunen-Loeve transform of data rows: the decorrelating rotation of their covariance.
 

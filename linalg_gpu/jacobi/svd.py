@@ -30,7 +30,7 @@ import numbers
 
 import numpy as np
 
-from .._backend import as_array, check_dtype, get_array_module, is_cupy_array
+from .._backend import as_array, boolean_flags, check_dtype, get_array_module, is_cupy_array
 from ._shared import _row_norms
 from .orderings import ORDERINGS, sweep
 
@@ -70,6 +70,8 @@ def _check_matrix(A):
                          "is not supported by jacobi_svd; loop over the leading axes")
     if A.ndim != 2:
         raise ValueError(f"A must be a 2-D matrix (m, n), got shape {A.shape}")
+    if A.size == 0:
+        raise ValueError(f"A is empty (shape {A.shape}); it needs m, n >= 1")
     if not np.isfinite(A).all():
         raise ValueError("A must be finite: it contains NaN or Inf")
     return A
@@ -327,6 +329,7 @@ def _jacobi_svd_tall(A, full_matrices, compute_uv, ordering, tol, max_sweeps, mo
 # public function
 
 
+@boolean_flags("full_matrices", "compute_uv", "return_info")
 def jacobi_svd(A, full_matrices=False, compute_uv=True, *, ordering="round_robin", tol=None, max_sweeps=60,
                precondition=True, return_info=False):
     """Singular value decomposition A = U diag(s) Vh by the one-sided (Hestenes) Jacobi method.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import as_array, check_dtype
+from .._backend import as_array, boolean_flags, check_dtype
 from . import _common as C
 
 __all__ = ["tridiagonalize", "HouseholderReflectors"]
@@ -124,6 +124,7 @@ class HouseholderReflectors:
         return self.apply_q(eye)
 
 
+@boolean_flags("form_q", "check_finite", "assume_symmetric")
 def tridiagonalize(A, *, form_q=True, check_finite=True, assume_symmetric=False):
     """Householder reduction of a batch of symmetric matrices: A = Q T Q^T (eqs. 8-14).
 

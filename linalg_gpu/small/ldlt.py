@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._backend import boolean_flags
 from . import _common as C
 
 __all__ = ["ldlt_factor"]
@@ -68,6 +69,7 @@ def _ldlt_solve_bl(A, b):
     return _ldlt_substitute_bl(L, D, b), D, ok
 
 
+@boolean_flags("check_finite", "assume_symmetric")
 def ldlt_factor(A, *, check_finite=True, assume_symmetric=False):
     """LDL^T factorization of a batch of symmetric matrices, without pivoting (eq. 5).
 

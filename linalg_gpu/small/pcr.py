@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._backend import as_array, check_dtype
+from .._backend import as_array, boolean_flags, check_dtype
 from . import _common as C
 
 __all__ = ["pcr_solve", "pcr_schedule"]
@@ -83,6 +83,7 @@ def _pcr_bl(d, e, v):
     return out, piv
 
 
+@boolean_flags("check_finite")
 def pcr_solve(d, e, y, *, check_finite=True):
     """Solve T z = y for a batch of symmetric tridiagonal T = tridiag(e, d, e) by PCR (Fig. 9).
 

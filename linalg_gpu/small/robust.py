@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._backend import get_array_module, to_host
+from .._backend import boolean_flags, get_array_module, to_host
 from . import _common as C
 from . import _gpu
 from .householder import _apply_reflectors_bl, _symmetrize_lower_bl, _tridiagonalize_bl
@@ -135,6 +135,7 @@ class SolverMemory:
         share its batch (the nested CVA engine needs this for results independent of chunking).
     """
 
+    @boolean_flags("per_system")
     def __init__(self, threshold=0.5, per_system=False):
         self.threshold = C.real_number(threshold, "threshold")
         if not 0 < self.threshold <= 1:
@@ -436,6 +437,7 @@ def _later_stages_whole(xp, stages, Af, bf, symmetrize, cond_max, rtol, redo, st
     return merge(out, res[0] if len(res) == 2 else None, res[-1], redo, rtol, start_codes, next_codes)
 
 
+@boolean_flags("return_report", "check_finite", "assume_symmetric")
 def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=False, memory=None,
                 key=None, *, check_finite=True, assume_symmetric=False):
     """Solve a batch of small symmetric systems A x = b robustly (Abbas-Turki-Graillat).
@@ -509,6 +511,11 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
         raise ValueError("key is required with memory (e.g. the exercise date of the batch)")
     if memory is not None and not isinstance(memory, SolverMemory):
         raise TypeError(f"memory must be a SolverMemory; got {type(memory).__name__}")
+    if memory is not None:
+        try:
+            hash(key)
+        except TypeError:
+            raise TypeError(f"key must be hashable (memory's key for this batch); got {key!r}") from None
     if xp is not np and n > _gpu.MAX_N:
         raise ValueError(f"n = {n} is larger than the GPU kernels' limit of {_gpu.MAX_N}; "
                          "solve on the CPU (pass numpy arrays) or split the problem")
@@ -584,6 +591,7 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     return x
 
 
+@boolean_flags("check_finite", "assume_symmetric", "return_report")
 def ldlt_solve(A, b, *, check_finite=True, assume_symmetric=False, return_report=False):
     """Solve A x = b for a batch of symmetric positive definite A by LDL^T (eq. 5).
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import get_array_module
+from .._backend import boolean_flags, get_array_module
 from . import _common as C
 
 __all__ = ["tridiag_eigh", "eigh_small"]
@@ -277,6 +277,7 @@ def _tridiag_eigh_bl(d, e):
     return W * scale, Qs[0]
 
 
+@boolean_flags("check_finite")
 def tridiag_eigh(d, e, *, check_finite=True):
     """Eigenvalues and eigenvectors of a batch of symmetric tridiagonal matrices by divide and conquer.
 
@@ -326,6 +327,7 @@ def _eigh_small_bl(A):
     return w, _apply_reflectors_bl(U, beta, O, transpose=False)        # N = Q O
 
 
+@boolean_flags("check_finite", "assume_symmetric")
 def eigh_small(A, *, check_finite=True, assume_symmetric=False):
     """Eigen-decomposition A = N diag(w) N^T of a batch of small symmetric matrices.
 
