@@ -129,8 +129,6 @@ def test_fixed_level_plan(tmp_path):
     ({"estimator": "mlmc", "target_rmse": "120%"}, "(0 < x < 100)"),
     ({"estimator": "mlmc", "level_paths": [10, 10]}, "simulation.level_paths: has 2 entries, expected one per level"),
     ({"estimator": "mlmc", "level_paths": [10, 10, 10], "target_rmse": 0.1}, "exclude each other"),
-    ({"estimator": "mlmc", "inner_paths": 16, "min_inner_paths": 64},
-     "simulation.min_inner_paths: must be <= inner_paths (16), the finest level's, got 64"),
     ({"estimator": "mlmc", "max_inner_paths": 16}, "simulation.max_inner_paths: must be >= inner_paths (32)"),
     ({"estimator": "richardson"}, "simulation.estimator"),
 ])

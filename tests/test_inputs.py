@@ -332,3 +332,25 @@ def test_a_threshold_or_mta_of_any_size_is_a_setting(tmp_path):
                                      ("output", "dir"): str(tmp_path / str(i))}), progress=False)
             for i, h in enumerate((1e6, 1e300))]
     assert np.isfinite(runs[1].cva) and runs[1].cva == runs[0].cva and runs[1].stderr == runs[0].stderr
+
+
+@pytest.mark.parametrize("where, value, words", [
+    (("simulation", "outer_paths"), "64", "simulation.outer_paths: must be an integer, got '64'"),
+    (("run", "seed"), "7", "run.seed: must be an integer, got '7'"),
+    (("simulation", "outer_antithetic"), "no", "simulation.outer_antithetic: must be true or false, got 'no'"),
+    (("simulation", "control_variate"), 1, "simulation.control_variate: must be true or false, got 1"),
+    (("market", "rate"), "0.02", "market.rate: must be a number, got '0.02'"),
+])
+def test_quoted_numbers_and_flags_are_refused(tmp_path, where, value, words):
+    """Text where a number or a flag belongs is a mistake (a quoted "no" would read as true)."""
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        load_config(_base(tmp_path, {where: value}))
+
+
+def test_a_float_with_an_exponent_from_yaml_safe_load_is_a_number(tmp_path):
+    """yaml.safe_load (YAML 1.1) gives 1.0e5 as the text '1.0e5': taken as the number, as the project's loader reads
+    the file itself."""
+    cfg = _base(tmp_path)
+    cfg["regression"] = yaml.safe_load("{cond_max: 1.0e5}")
+    assert cfg["regression"]["cond_max"] == "1.0e5"
+    assert load_config(cfg).regression.cond_max == 1e5

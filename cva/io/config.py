@@ -204,20 +204,49 @@ def _problems(exc: ValidationError) -> list[str]:
 # value types
 
 
+_EXPONENT_FLOAT = re.compile(r"[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+")
+
+
 def _no_bool(v):
-    if isinstance(v, bool):
+    """A number: not a bool, nor text (a quoted "64" is a mistake), except a float with an exponent such as
+    "1.0e5", which YAML 1.1's loaders (``yaml.safe_load``) give as text."""
+    if isinstance(v, str) and _EXPONENT_FLOAT.fullmatch(v.strip()):
+        return float(v.replace("_", ""))
+    if isinstance(v, (bool, str)):
         raise _fail(f"must be a number, got {_show(v)}")
     return v
 
 
 def _no_bool_int(v):
-    if isinstance(v, bool):
+    if isinstance(v, (bool, str)):
         raise _fail(f"must be an integer, got {_show(v)}")
+    return v
+
+
+def _bool_only(v):
+    if not isinstance(v, bool):                            # (a quoted "no" would read as true)
+        raise _fail(f"must be true or false, got {_show(v)}")
     return v
 
 
 Num = Annotated[float, BeforeValidator(_no_bool), Field(allow_inf_nan=False)]
 Int = Annotated[int, BeforeValidator(_no_bool_int)]
+Flag = Annotated[bool, BeforeValidator(_bool_only)]
+
+
+def _tenor_key(v):
+    """A mapping's number key; as text too, as JSON writes every key (a run's config read back)."""
+    if isinstance(v, bool):
+        raise _fail(f"must be a number, got {_show(v)}")
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            raise _fail(f"must be a number, got {_show(v)}") from None
+    return v
+
+
+TenorKey = Annotated[float, BeforeValidator(_tenor_key), Field(allow_inf_nan=False)]
 
 
 def _per_asset(**bounds):
@@ -461,7 +490,7 @@ class Market(_Section):
     correlation: float | tuple[tuple[float, ...], ...] = Field(
         0.0, description="one number (equicorrelation) or a full d x d matrix")
     assets: Int | None = Field(None, ge=1, description="d, the number of assets, where spot and vol are single numbers")
-    repair_correlation: bool = Field(
+    repair_correlation: Flag = Field(
         False, description="replace a correlation that is not positive semidefinite by the nearest correlation "
                            "matrix (Higham's alternating projections; reported in summary.json and the report)")
     factors: Annotated[int | dict, BeforeValidator(_factors)] | None = Field(
@@ -673,7 +702,7 @@ class Counterparty(_Section):
     recovery: Num = Field(0.4, ge=0, lt=1, description="the recovery rate R of the counterparty's default")
     hazard_rate: Annotated[Num, Field(ge=0)] | None = Field(None, description="a flat hazard rate, per year")
     hazards: Hazards | None = Field(None, description="piecewise-constant hazard rates")
-    cds_spreads: Annotated[dict[Annotated[Num, Field(gt=0)], Annotated[Num, Field(gt=0)]],
+    cds_spreads: Annotated[dict[Annotated[TenorKey, Field(gt=0)], Annotated[Num, Field(gt=0)]],
                            Field(min_length=1)] | None = Field(
         None, description="par CDS spreads by tenor in years (e.g. {1: 0.01, 5: 0.015}), bootstrapped into hazards")
 
@@ -757,13 +786,13 @@ class Simulation(_Section):
                          f"{rng.PATH_LIMIT}; or {{sqrt_outer: c}}")
     basis: Literal["linear", "quadratic", "laguerre"] = Field(
         "linear", description="the LSM regressors: linear, quadratic (with the cross terms) or laguerre (one asset)")
-    payoff_regressor: bool = Field(False, description="add the payoff as a regressor")
-    itm_only: bool = Field(True, description="regress on the in-the-money inner paths only (Longstaff & Schwartz)")
-    antithetic: bool = Field(False, description="antithetic inner paths (pairs z, -z)")
-    outer_antithetic: bool = Field(
+    payoff_regressor: Flag = Field(False, description="add the payoff as a regressor")
+    itm_only: Flag = Field(True, description="regress on the in-the-money inner paths only (Longstaff & Schwartz)")
+    antithetic: Flag = Field(False, description="antithetic inner paths (pairs z, -z)")
+    outer_antithetic: Flag = Field(
         True, description="antithetic outer paths (pairs z, -z; the standard errors from the pair means): "
                            "outer_paths, pilot_paths and level_paths must be even")
-    out_of_sample: bool = Field(
+    out_of_sample: Flag = Field(
         False, description="`cva price`: also the low-biased price of the policy on independent paths")
     chunk: Annotated[Int, Field(ge=2)] | None = Field(
         None, description="outer paths per chunk (default: from the free memory; on a cluster, chunks in a "
@@ -782,7 +811,7 @@ class Simulation(_Section):
     max_inner_paths: Int = Field(
         16384, ge=4, le=rng.PATH_LIMIT, description="mlmc with target_rmse: the most inner paths a level added for the "
                                                     "bias may have")
-    control_variate: bool = Field(
+    control_variate: Flag = Field(
         False, description="the CVA and DVA with the netting set's European twin (Black-Scholes along the outer "
                            "paths) as control variate; one netting set (portfolio: + counterparty:) only")
 
