@@ -237,15 +237,6 @@ def test_flags_must_be_bools(rng, name, call):
         call(_spd(rng), np.ones((3, 4, 4)))
 
 
-@pytest.mark.parametrize("call", [
-    lambda: lg.jacobi_svd(np.zeros((0, 3))), lambda: lg.jacobi_svd(np.zeros((3, 0))),
-    lambda: lg.hyperbolic_svd(np.zeros((0, 0)), np.zeros(0)), lambda: lg.eigh_indefinite(np.zeros((0, 0))),
-    lambda: lg.gsvd(np.zeros((0, 0)), np.zeros((0, 0))), lambda: lg.jacobi_eigh(np.zeros((0, 0)))])
-def test_empty_matrices_are_refused_naming_them(call):
-    with pytest.raises(ValueError, match=r"^[A-Z] is empty \(shape"):
-        call()
-
-
 @pytest.mark.parametrize("threshold", [0.0, -0.5, 1.5])
 def test_memory_bad_threshold(threshold):
     with pytest.raises(ValueError, match="threshold"):

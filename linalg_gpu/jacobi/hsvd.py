@@ -81,8 +81,6 @@ def _check_matrix(A, name, xp=None, complex_ok=False):
         check_dtype(A, name)
     if A.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {A.shape}")
-    if A.size == 0:
-        raise ValueError(f"{name} is empty (shape {A.shape}); it needs at least one row and column")
     if not bool(get_array_module(A).isfinite(A).all()):                 # (|a| overflows for finite complex a)
         raise ValueError(f"{name} must be finite: it contains NaN or Inf")
     return A

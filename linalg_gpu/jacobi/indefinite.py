@@ -57,8 +57,6 @@ def _check_matrix(M):
     check_dtype(M, "M")
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be a square 2-D matrix (n, n), got shape {M.shape}")
-    if M.size == 0:
-        raise ValueError("M is empty (shape (0, 0)); it needs n >= 1")
     if not np.isfinite(M).all():
         bad = tuple(int(b) for b in np.argwhere(~np.isfinite(M))[0])
         raise ValueError(f"M must be finite; found {M[bad].item()!r} at index {bad}")

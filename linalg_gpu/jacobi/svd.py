@@ -70,8 +70,6 @@ def _check_matrix(A):
                          "is not supported by jacobi_svd; loop over the leading axes")
     if A.ndim != 2:
         raise ValueError(f"A must be a 2-D matrix (m, n), got shape {A.shape}")
-    if A.size == 0:
-        raise ValueError(f"A is empty (shape {A.shape}); it needs m, n >= 1")
     if not np.isfinite(A).all():
         raise ValueError("A must be finite: it contains NaN or Inf")
     return A
