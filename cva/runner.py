@@ -28,7 +28,7 @@ from cva.engine.plan import (
 )
 from cva.engine.pricing import price
 from cva.io import desk_report, report, rundir
-from cva.io.config import load_config
+from cva.io.config import load_config, whole_number
 from cva.io.report import RunResult
 from cva.market.model import BlackScholes
 from cva.xva.aggregation import Aggregation
@@ -74,6 +74,7 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     """
     _check_arguments(out=out, chunk=chunk, log=log, cluster=cluster, resume=resume, progress=progress,
                      overwrite=overwrite, keep_chunks=keep_chunks, confirm=confirm, write=write)
+    chunk = None if chunk is None else whole_number(chunk, "chunk", 2)
     if log is None:
         log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     cfg = load_config(config)
@@ -207,9 +208,8 @@ def _check_arguments(*, out, chunk, log, cluster, **flags):
     for name, v in flags.items():
         if not isinstance(v, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False, got {v!r}")
-    if chunk is not None and (isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer))
-                              or chunk < 2):
-        raise ValueError(f"chunk must be an integer >= 2, got {chunk!r}")
+    if chunk is not None:
+        whole_number(chunk, "chunk", 2)
     if out is not None:
         if not isinstance(out, (str, os.PathLike)):
             raise TypeError(f"out must be a directory's path, got {out!r}")

@@ -180,14 +180,17 @@ def glued_wilkinson(blocks, size, glue):
 def truncated_solution(A, b, cond_max, keep_count=None):
     """Independent eig_truncate in float64 with numpy.linalg.eigh.
 
-    Keeps eigenvalues |w| > max |w| / cond_max (or the ``keep_count`` largest in magnitude). Returns
-    (x, n_discarded, w, keep_mask) for one system A (n, n), b (n,) or (n, k).
+    Keeps eigenvalues |w| > max |w| / cond_max but the negative ones within sqrt(eps) max |w| of A's dtype (or the
+    ``keep_count`` largest in magnitude). Returns (x, n_discarded, w, keep_mask) for one system A (n, n), b (n,)
+    or (n, k).
     """
+    root_eps = np.sqrt(np.finfo(np.asarray(A).dtype).eps)
     A = np.asarray(A, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     w, N = np.linalg.eigh(A)
     if keep_count is None:
-        keep = np.abs(w) > np.abs(w).max() / cond_max
+        top = np.abs(w).max()
+        keep = (np.abs(w) > top / cond_max) & ~((w < 0) & (np.abs(w) <= root_eps * top))
     else:
         keep = np.zeros(w.shape, dtype=bool)
         if keep_count:

@@ -283,9 +283,10 @@ def test_the_cost_line_says_the_time_in_its_unit(seconds, words):
     ({"write": None}, TypeError, "write must be True or False"),
     ({"keep_chunks": "yes"}, TypeError, "keep_chunks must be True or False"),
     ({"chunk": 2.7}, ValueError, "chunk must be an integer >= 2, got 2.7"),
-    ({"chunk": "abc"}, ValueError, "chunk must be an integer >= 2, got 'abc'"),
+    ({"chunk": "abc"}, TypeError, "chunk must be an integer >= 2, got 'abc'"),
     ({"chunk": float("nan")}, ValueError, "chunk must be an integer >= 2, got nan"),
-    ({"chunk": True}, ValueError, "chunk must be an integer >= 2, got True"),
+    ({"chunk": True}, TypeError, "chunk must be an integer >= 2, got True"),
+    ({"chunk": 1.0}, ValueError, "chunk must be an integer >= 2, got 1.0"),
     ({"out": 123}, TypeError, "out must be a directory's path, got 123"),
     ({"log": "x"}, TypeError, "log must be a function of one string"),
     ({"cluster": 3}, TypeError, "cluster must be local, local:N, local-cuda, a scheduler address"),
@@ -311,7 +312,7 @@ def test_run_out_naming_a_file_is_refused(tmp_path):
 @pytest.mark.parametrize("kwargs, error, words", [
     ({"paths": 0}, ValueError, "paths must be an integer >= 2, got 0"),
     ({"paths": 2.9}, ValueError, "paths must be an integer >= 2, got 2.9"),
-    ({"paths": "abc"}, ValueError, "paths must be an integer >= 2, got 'abc'"),
+    ({"paths": "abc"}, TypeError, "paths must be an integer >= 2, got 'abc'"),
     ({"out_of_sample": "no"}, TypeError, "out_of_sample must be True or False, got 'no'"),
 ])
 def test_price_arguments_are_named(tmp_path, kwargs, error, words):
@@ -354,3 +355,27 @@ def test_a_float_with_an_exponent_from_yaml_safe_load_is_a_number(tmp_path):
     cfg["regression"] = yaml.safe_load("{cond_max: 1.0e5}")
     assert cfg["regression"]["cond_max"] == "1.0e5"
     assert load_config(cfg).regression.cond_max == 1e5
+
+
+def test_integral_floats_and_numpy_values_are_taken(tmp_path):
+    """chunk=64.0 or np.int64(64), paths=1e3, a numpy bool flag in a configuration: taken as the values they are."""
+    a = cva.run(_base(tmp_path, {("output", "dir"): str(tmp_path / "a")}), chunk=64.0, progress=False)
+    b = cva.run(_base(tmp_path, {("output", "dir"): str(tmp_path / "b")}), chunk=np.int64(64), progress=False)
+    assert a.cva == b.cva
+    assert cva.price(_base(tmp_path), paths=1e3).attrs["paths"] == 1000
+    assert load_config(_base(tmp_path, {("simulation", "outer_antithetic"): np.False_})).simulation.outer_antithetic \
+        is False
+    with pytest.raises(ConfigError, match="market.rate: must be a number, got "):
+        load_config(_base(tmp_path, {("market", "rate"): np.True_}))
+
+
+@pytest.mark.parametrize("text, value", [("rate: -.5e-1", -0.05), ("rate: .5e-1", 0.05), ("rate: 5e-2", 0.05),
+                                         ("rate: 5.0e-2", 0.05)])
+def test_floats_with_an_exponent_are_numbers_in_a_file_and_from_safe_load(tmp_path, text, value):
+    path = tmp_path / "c.yaml"
+    cfg = _base(tmp_path)
+    del cfg["market"]["rate"]
+    path.write_text(yaml.safe_dump(cfg).replace("market:\n", f"market:\n  {text}\n"))
+    assert load_config(path).market.rate == value
+    cfg["market"]["rate"] = yaml.safe_load(text)["rate"]
+    assert load_config(cfg).market.rate == value

@@ -714,3 +714,18 @@ def test_indefinite_systems_keep_their_negative_eigenvalues(rng, n, dtype, metho
     x, rep = lg.solve_small(-np.eye(3, dtype=dtype)[None], np.ones((1, 3), dtype=dtype), method=method,
                             return_report=True)
     np.testing.assert_allclose(x, -np.ones((1, 3)), rtol=10 * eps(dtype))
+
+
+@pytest.mark.parametrize("dtype, small, genuine", [(np.float32, -5e-6, -1e-2), (np.float64, -1e-10, -1e-6)])
+def test_negative_eigenvalues_of_rounding_size_are_discarded(rng, dtype, small, genuine):
+    """A negative eigenvalue within sqrt(eps) max |w| is a positive semidefinite matrix's rounding (a float32
+    Gram matrix's, say): discarded even when cond_max would keep its magnitude (1e12 here), as the paper's rule
+    discards it; a larger negative one is the matrix's own and is kept (the solution LAPACK's)."""
+    b = rng.standard_normal((50, 4))
+    for w0, discarded in ((small, 1), (genuine, 0)):
+        A = sym_from_eigs(rng, np.broadcast_to([1.0, 0.5, 0.1, w0], (50, 4))).astype(dtype)
+        x, rep = lg.solve_small(A, b.astype(dtype), method="eig_truncate", cond_max=1e12, return_report=True)
+        assert (rep.n_discarded == discarded).all(), (w0, rep.n_discarded)
+        ref = [truncated_solution(A[i], b[i], 1e12)[0] for i in range(50)]
+        cond = 1.0 / abs(w0) if discarded == 0 else 10.0
+        assert (rel_err(x, np.array(ref)) <= C_SOLVE * 4 * eps(dtype) * cond).all()

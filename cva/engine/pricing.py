@@ -22,7 +22,7 @@ from cva.engine import basis
 from cva.engine.lsm import apply_policy, longstaff_schwartz, report_rows, report_summary
 from cva.instruments.analytic import closed_form_price
 from cva.instruments.products import Contract, stacked_payoff
-from cva.io.config import load_config
+from cva.io.config import load_config, whole_number
 from cva.market.model import BlackScholes
 from linalg_gpu._backend import to_host as _host
 
@@ -49,9 +49,7 @@ def price(config, backend=None, paths=None, out_of_sample=None) -> pd.DataFrame:
     the number of paths, the dtype and that of the regressions, the seed, the time taken and the
     solver summary per contract.
     """
-    if paths is not None and (isinstance(paths, (bool, np.bool_)) or not isinstance(paths, (int, np.integer))
-                              or paths < 2):
-        raise ValueError(f"paths must be an integer >= 2, got {paths!r}")
+    paths = None if paths is None else whole_number(paths, "paths", 2)
     if out_of_sample is not None and not isinstance(out_of_sample, (bool, np.bool_)):
         raise TypeError(f"out_of_sample must be True or False, got {out_of_sample!r}")
     cfg = load_config(config)

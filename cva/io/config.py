@@ -204,29 +204,43 @@ def _problems(exc: ValidationError) -> list[str]:
 # value types
 
 
-_EXPONENT_FLOAT = re.compile(r"[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+")
+#: A float with an exponent, which YAML 1.1 (``yaml.safe_load``) leaves as text unless its exponent is signed and
+#: its mantissa has a point: "1.0e5", "1e5", ".5e1" (this module's loader reads them as numbers).
+EXPONENT_FLOAT = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+")
 
 
 def _no_bool(v):
-    """A number: not a bool, nor text (a quoted "64" is a mistake), except a float with an exponent such as
-    "1.0e5", which YAML 1.1's loaders (``yaml.safe_load``) give as text."""
-    if isinstance(v, str) and _EXPONENT_FLOAT.fullmatch(v.strip()):
+    """A number: not a bool, nor text (a quoted "64" is a mistake), except a float with an exponent
+    (:data:`EXPONENT_FLOAT`), which YAML 1.1's loaders give as text."""
+    if isinstance(v, str) and EXPONENT_FLOAT.fullmatch(v.strip()):
         return float(v.replace("_", ""))
-    if isinstance(v, (bool, str)):
+    if isinstance(v, (bool, np.bool_, str)):
         raise _fail(f"must be a number, got {_show(v)}")
     return v
 
 
 def _no_bool_int(v):
-    if isinstance(v, (bool, str)):
+    if isinstance(v, (bool, np.bool_, str)):
         raise _fail(f"must be an integer, got {_show(v)}")
     return v
 
 
 def _bool_only(v):
-    if not isinstance(v, bool):                            # (a quoted "no" would read as true)
+    if not isinstance(v, (bool, np.bool_)):                # (a quoted "no" would read as true)
         raise _fail(f"must be true or false, got {_show(v)}")
-    return v
+    return bool(v)
+
+
+def whole_number(value, name: str, low: int) -> int:
+    """``value`` as an int >= ``low`` (an integral float too: 1e5), else a TypeError or ValueError naming ``name``
+    (for the Python API's arguments: ``cva.run(chunk=)``, ``cva.price(paths=)``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
+        raise TypeError(f"{name} must be an integer >= {low}, got {value!r}")
+    if isinstance(value, (float, np.floating)) and not (math.isfinite(value) and float(value).is_integer()):
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if int(value) < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
 
 
 Num = Annotated[float, BeforeValidator(_no_bool), Field(allow_inf_nan=False)]
@@ -236,7 +250,7 @@ Flag = Annotated[bool, BeforeValidator(_bool_only)]
 
 def _tenor_key(v):
     """A mapping's number key; as text too, as JSON writes every key (a run's config read back)."""
-    if isinstance(v, bool):
+    if isinstance(v, (bool, np.bool_)):
         raise _fail(f"must be a number, got {_show(v)}")
     if isinstance(v, str):
         try:
@@ -1399,8 +1413,8 @@ def _construct_mapping(loader, node, deep=False):
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
-                              re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(f"^{EXPONENT_FLOAT.pattern}$"),
+                              list("-+0123456789."))
 
 
 def _read_yaml(path: Path):

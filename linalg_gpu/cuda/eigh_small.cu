@@ -1,8 +1,9 @@
 // Eigen-decomposition of small symmetric matrices, A = N diag(w) N^T with N = Q O:
 // Householder tridiagonalization (Algorithm 2) + divide and conquer (Algorithm 3), one system per
 // group of N threads, and the truncated solve of the robust strategy (Abbas-Turki-Graillat, section 5,
-// step 3): x = N_k diag(1/w_k) N_k^T b over the eigenvalues |w| > max |w| / cond_max (for the positive semidefinite
-// normal equations of a regression the paper's w > w_max / cond_max; an indefinite system keeps its negative ones).
+// step 3): x = N_k diag(1/w_k) N_k^T b over the eigenvalues |w| > max |w| / cond_max but for the negative ones
+// within sqrt(eps) max |w| (for the positive semidefinite normal equations of a regression the paper's w > w_max /
+// cond_max, the negative eigenvalues of its rounding discarded; an indefinite system keeps its negative ones).
 // A system whose input holds NaN or Inf (flagged by the screening) gets NaN outputs.
 // `tree` is the division scheme of Fig. 13 from the host (_gpu._tree_device): [nleaves,
 // (start, size)..., nmerges, (start, n1, n2)... deepest first, nrounds, per round: the largest
@@ -237,7 +238,9 @@ __global__ void __launch_bounds__(Group<N>::WARP ? 128 : 256) eig_truncate_solve
     T* red = y + EigLayout<T, N, 3>::VL;                      // group_max scratch (block version)
     const T li = active ? sc.lam[i] : T(0);
     const T lmax_abs = fmax(fabs(sc.lam[0]), fabs(sc.lam[N - 1]));     // (ascending: the largest |w| is an end)
-    const bool keep = fabs(li) > lmax_abs / cond_max;         // by magnitude: an indefinite system keeps its w < 0
+    // by magnitude (an indefinite system keeps its w < 0), less the negative ones of rounding size (sqrt(eps)
+    // max |w|): a positive semidefinite matrix formed in floating point has them, and they are its zeros
+    const bool keep = fabs(li) > lmax_abs / cond_max && !(li < T(0) && -li <= sqrt(eps<T>()) * lmax_abs);
     const T lmin_abs = -group_max<T, N>(active ? -fabs(li) : -T(INFINITY), red, i);
     const int nd = (int)group_sum<T, N>(active && !keep ? T(1) : T(0), red, i);
     const T* As = A + s * N * N;

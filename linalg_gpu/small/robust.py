@@ -3,8 +3,9 @@
 ``solve_small(method="auto")``: LDL^T first (section 3); the systems whose factorization broke
 down or whose relative residual ||Ax - b|| / (||A|| ||x|| + ||b||) exceeds ``rtol`` are solved
 again by Householder + PCR (section 4); those still above ``rtol`` by the eigen-decomposition
-A = N D N^T with the eigenvalues |lambda| <= max |lambda| / cond_max discarded (section 5, step 3, whose
-positive semidefinite normal equations have lambda >= 0; an indefinite system keeps its negative eigenvalues):
+A = N D N^T with the eigenvalues |lambda| <= max |lambda| / cond_max discarded, and the negative ones within
+sqrt(eps) max |lambda| (section 5, step 3: its positive semidefinite normal equations have no negative eigenvalues
+but those of rounding, which this discards; an indefinite system keeps its negative eigenvalues):
 x = N_k D_k^{-1} N_k^T b. Only the failing systems take a later stage's results: a later stage runs on them,
 gathered, or on the GPU for small n and batches (``WHOLE_BATCH_MAX_N``) on the whole batch, so that the host
 reads no counts.
@@ -224,7 +225,8 @@ def _make_eig_truncate_stage(cond_max):
         y = _apply_reflectors_bl(U, beta, b, transpose=True)          # Q^T b        (n, r, c)
         y = np.einsum("ijc,irc->jrc", O, y)                           # O^T Q^T b    (n, r, c)
         aw = np.abs(w)
-        keep = aw > aw.max(0) / cond_max                              # (n, c) by magnitude: w < 0 kept too
+        top = aw.max(0)
+        keep = (aw > top / cond_max) & ~((w < 0) & (aw <= np.sqrt(np.finfo(w.dtype).eps) * top))   # (n, c)
         inv = np.where(keep, 1 / np.where(keep, w, 1), 0)
         y = np.einsum("ijc,jrc->irc", O, y * inv[:, None])            # O D_k^-1 O^T Q^T b
         x = _apply_reflectors_bl(U, beta, y, transpose=False)
@@ -460,7 +462,8 @@ def solve_small(A, b, method="auto", cond_max=1e5, rtol=None, return_report=Fals
     method : {"auto", "ldlt", "householder_pcr", "eig_truncate"}, default "auto"
         ``auto`` is the paper's strategy (module docstring); the others run one method on all.
     cond_max : float, default 1e5
-        The truncated eigen-solve discards |lambda| <= max |lambda| / cond_max (the paper's 1e5).
+        The truncated eigen-solve discards |lambda| <= max |lambda| / cond_max (the paper's 1e5), and negative
+        eigenvalues of rounding size (|lambda| <= sqrt(eps) max |lambda|).
     rtol : float, optional
         Residual threshold of ``auto``; default 8 * n * eps of the dtype.
     return_report : bool, default False
