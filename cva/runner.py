@@ -72,14 +72,15 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
         ``"local:N"``, ``"local-cuda"``, a scheduler address, or a ``distributed.Client``
         (:mod:`cva.engine.cluster`); the values are bitwise those of one process.
     """
-    _check_arguments(out=out, chunk=chunk, log=log, cluster=cluster, resume=resume, progress=progress,
-                     overwrite=overwrite, keep_chunks=keep_chunks, confirm=confirm, write=write)
+    _check_arguments(out=out, log=log, cluster=cluster, resume=resume, progress=progress, overwrite=overwrite,
+                     keep_chunks=keep_chunks, confirm=confirm, write=write)
     chunk = None if chunk is None else whole_number(chunk, "chunk", 2)
     if log is None:
         log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
     cfg = load_config(config)
     if isinstance(cluster, str):                          # checked as run.cluster is (one line naming it)
-        load_config({**cfg.to_dict(), "run": {**cfg.to_dict().get("run", {}), "cluster": cluster}})
+        data = cfg.to_dict()
+        load_config({**data, "run": {**data.get("run", {}), "cluster": cluster}})
     name = backend or cfg.run.backend
     spec = cluster if cluster is not None else cfg.run.cluster
     if spec is None:
@@ -202,14 +203,12 @@ def run(config, out=None, backend=None, resume=False, chunk=None, progress=True,
     return result
 
 
-def _check_arguments(*, out, chunk, log, cluster, **flags):
+def _check_arguments(*, out, log, cluster, **flags):
     """:func:`run`'s arguments of the wrong type or value: a TypeError or ValueError naming the argument (a
-    string "no" is not False; a chunk of 2.7 is not 2)."""
+    string "no" is not False); ``chunk`` is checked where it is taken (:func:`cva.io.config.whole_number`)."""
     for name, v in flags.items():
         if not isinstance(v, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False, got {v!r}")
-    if chunk is not None:
-        whole_number(chunk, "chunk", 2)
     if out is not None:
         if not isinstance(out, (str, os.PathLike)):
             raise TypeError(f"out must be a directory's path, got {out!r}")

@@ -106,8 +106,8 @@ def bytes_per_outer_path(plan, d, itemsize) -> int:
     width = exercise_code_dtype(max((len(ix) for ix in plan.exercise_index), default=1), 3).itemsize
     valuations = inner_valuations(plan)
     kept = width * plan.inner_paths * valuations if plan.keeps_exercise_times else 0
-    inner = plan.inner_paths * itemsize * (3 * len(plan.grid) * d + 4 * p + 8) if valuations else 0   # (none: no
-    return inner + cube + kept                                                                # inner paths drawn)
+    inner = plan.inner_paths * itemsize * (3 * len(plan.grid) * d + 4 * p + 8) if valuations else 0  # (else none drawn)
+    return inner + cube + kept
 
 
 #: Inner asset-steps per second, regressions included, as measured here: the quickstart on a 2-core CPU

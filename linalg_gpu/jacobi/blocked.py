@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import boolean_flags, get_array_module, to_host
+from .._backend import get_array_module, to_host
 from ._shared import JacobiInfo, _output_slots, _row_norms, frobenius, zero_threshold
 from .block import SIZES, block_eigh
 from .congruence import block_hyperbolic, block_hz
@@ -226,7 +226,6 @@ def _one_sided(xp, W, tol, max_sweeps, block, want_v, sign=None):
     return cols, norms[real], (XV[real][:, R:R + n].T if want_v else None), sweeps, converged, off, extra
 
 
-@boolean_flags("full_matrices", "compute_uv", "return_info")
 def jacobi_svd(A, full_matrices=False, compute_uv=True, *, tol=None, max_sweeps=60, precondition=True,
                return_info=False, block=BLOCK):
     """The blocked twin of :func:`linalg_gpu.jacobi.svd.jacobi_svd` (see the module docstring).
@@ -309,7 +308,6 @@ def _complete(cp, U, nz, full, cols, dt):
     return out
 
 
-@boolean_flags("assume_symmetric", "return_info")
 def jacobi_eigh(A, *, tol=None, max_sweeps=60, assume_symmetric=False, return_info=False, block=BLOCK):
     """The blocked twin of :func:`linalg_gpu.jacobi.klt.jacobi_eigh` (see the module docstring)."""
     xp = get_array_module(A)
@@ -358,7 +356,6 @@ def jacobi_eigh(A, *, tol=None, max_sweeps=60, assume_symmetric=False, return_in
     return out + (info,) if return_info else out
 
 
-@boolean_flags("compute_v", "return_info")
 def hyperbolic_svd(G, sign, *, compute_v=True, tol=None, max_sweeps=60, return_info=False, block=BLOCK):
     """The blocked twin of :func:`linalg_gpu.jacobi.hsvd.hyperbolic_svd` for a checked G (m >= n) and
     its signature ``sign`` (a numpy vector of +-1).
@@ -414,7 +411,6 @@ def hyperbolic_svd(G, sign, *, compute_v=True, tol=None, max_sweeps=60, return_i
     return out + (info,) if return_info else out
 
 
-@boolean_flags("return_x", "return_info")
 def gsvd(F, G, return_x=False, *, tol=None, max_sweeps=60, return_info=False, block=BLOCK):
     """The blocked twin of :func:`linalg_gpu.jacobi.gsvd.gsvd` for checked F, G that it has scaled to max
     |entry| in [0.5, 1) and whose result it scales back (Novakovic-Singer GSVD section 2.3, the block-oriented variant:

@@ -231,7 +231,7 @@ def _make_eig_truncate_stage(cond_max):
         y = np.einsum("ijc,jrc->irc", O, y * inv[:, None])            # O D_k^-1 O^T Q^T b
         x = _apply_reflectors_bl(U, beta, y, transpose=False)
         with np.errstate(divide="ignore", invalid="ignore"):
-            cond = aw.max(0) / aw.min(0)
+            cond = top / aw.min(0)
         n_disc = (~keep).sum(0).astype(np.int32)
         return x, cond, n_disc, np.isfinite(x).all(axis=(0, 1))
     return stage
